@@ -1,0 +1,3 @@
+from mgft_doctor.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,170 @@
+"""`explain`: from a failed training log to the root-cause error and the known failure class.
+
+Pipeline: open (logsource) -> salient lines (scanner) -> failure events and root error
+(failures) + catalog evidence (matcher) + versions (versions) -> a report (this module)."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+from .catalog import Entry, Fix, load_catalog
+from .failures import FailureReader
+from .loglines import LogLine
+from .logsource import LogSource, open_log
+from .matcher import Candidate, Matcher
+from .scanner import compile_triggers, scan
+from .versions import LogVersions, installed_versions, parse_version
+
+SCHEMA = "mgft-doctor/explain/1"
+MAX_DIAGNOSES = 5
+
+
+@dataclass
+class Diagnosis:
+    code: str
+    title: str
+    confidence: float
+    explanation: str
+    fixes: list[str]
+    evidence: list[LogLine]
+    rank: int | None
+    references: list[str]
+
+
+@dataclass
+class ExplainReport:
+    sources: list[str]
+    failure: bool
+    diagnoses: list[Diagnosis]
+    root_error: LogLine | None
+    root_kind: str | None
+    failed_rank: int | None
+    exit_codes: list[int]
+    versions: dict[str, str]
+    version_origin: dict[str, str] = field(default_factory=dict)
+    bytes_read: int = 0
+    lines_read: int = 0
+
+    def to_json(self) -> dict:
+        multi = len(self.sources) > 1
+
+        def ev(line: LogLine) -> dict:
+            d = {"line": line.no, "text": line.text.strip()[:500]}
+            if multi:
+                d["file"] = self.sources[line.source]
+            return d
+
+        return {
+            "schema": SCHEMA,
+            "failure": self.failure,
+            "diagnoses": [
+                {"code": d.code, "title": d.title, "confidence": d.confidence,
+                 "explanation": d.explanation, "fixes": d.fixes,
+                 "evidence": [ev(e) for e in d.evidence], "rank": d.rank,
+                 "references": d.references}
+                for d in self.diagnoses
+            ],
+            "root_error": ev(self.root_error) if self.root_error else None,
+            "failed_rank": self.failed_rank,
+            "exit_codes": sorted(set(self.exit_codes)),
+            "versions": self.versions,
+        }
+
+
+def _triggers(entries: list[Entry]):
+    return compile_triggers(t for e in entries for t in e.triggers)
+
+
+def choose_fixes(fixes: list[Fix], versions: dict[str, str]) -> list[str]:
+    """Keep the fixes whose version conditions hold; say which condition an unknown version leaves open."""
+    out = []
+    for fix in fixes:
+        keep, unknown = True, []
+        for cond in fix.when:
+            known = versions.get(cond.package)
+            v = parse_version(known) if known else None
+            if v is None:
+                unknown.append(cond.text)
+            elif not cond.holds(str(v)):
+                keep = False
+        if keep:
+            out.append(fix.text + (f" (applies with {', '.join(unknown)})" if unknown else ""))
+    return out or [f.text for f in fixes]
+
+
+def explain_sources(sources: list[LogSource], use_installed: bool = False,
+                    entries: list[Entry] | None = None) -> ExplainReport:
+    entries = load_catalog() if entries is None else entries
+    triggers = _triggers(entries)
+    matcher = Matcher(entries)
+    reader = FailureReader()
+    versions = LogVersions()
+    stats: dict = {}
+    for index, source in enumerate(sources):
+        for line in scan(source, triggers, index, stats):
+            reader.feed(line)
+            matcher.feed(line)
+            versions.feed(line.text)
+    analysis = reader.finish()
+    found = dict(versions.found)
+    origin = {k: "log" for k in found}
+    if use_installed:
+        for k, v in installed_versions().items():
+            if k not in found:
+                found[k] = v
+                origin[k] = "installed"
+    diagnoses: list[Diagnosis] = []
+    root_line = analysis.root.line if analysis.root else None
+    root_kind = analysis.root.kind if analysis.root else None
+    if analysis.failure:
+        candidates = matcher.rank(_root_region(analysis))
+    else:
+        # no error was printed; only entries that recognise a silent failure (a hang seen in a
+        # stack dump, training on the CPU) may still call it one
+        candidates = [c for c in matcher.rank(set()) if c.entry.standalone]
+        if candidates:
+            root_line, root_kind = candidates[0].evidence[0], "anomaly"
+    for cand in candidates[:MAX_DIAGNOSES]:
+        diagnoses.append(_diagnosis(cand, found))
+    failure = root_line is not None
+    return ExplainReport(
+        sources=[s.name for s in sources], failure=failure, diagnoses=diagnoses,
+        root_error=root_line, root_kind=root_kind,
+        failed_rank=analysis.failed_rank, exit_codes=analysis.exit_codes, versions=found,
+        version_origin=origin, bytes_read=stats.get("bytes", 0), lines_read=stats.get("lines", 0),
+    )
+
+
+def _root_region(analysis) -> set[tuple[int, int]]:
+    region = set(analysis.root_lines)
+    root = analysis.root
+    if root is not None:
+        # the message lines printed right after the root error belong to it
+        for n in range(root.line.no, root.line.no + 8):
+            region.add((root.line.source, n))
+    return region
+
+
+def _diagnosis(cand: Candidate, versions: dict[str, str]) -> Diagnosis:
+    e = cand.entry
+    confidence = round(min(0.97, 1 - 0.5 ** cand.score), 2)
+    return Diagnosis(e.code, e.title, confidence, e.explanation, choose_fixes(e.fixes, versions),
+                     cand.evidence, cand.rank, e.references)
+
+
+def explain_paths(paths: list[str], use_installed: bool = False) -> ExplainReport:
+    sources = []
+    try:
+        for p in paths:
+            sources.append(open_log(p))
+        return explain_sources(sources, use_installed)
+    finally:
+        for s in sources:
+            s.close()
+
+
+def explain_text(text: str, entries: list[Entry] | None = None, use_installed: bool = False) -> ExplainReport:
+    """Explain a log held in memory (catalog examples, the pytest plugin's captured output)."""
+    source = LogSource("<text>", io.BufferedReader(io.BytesIO(text.encode("utf-8", "replace"))), "utf-8")
+    return explain_sources([source], use_installed, entries)
