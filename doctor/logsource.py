@@ -100,7 +100,7 @@ def _sniff_encoding(sample: bytes) -> str | None:
         return "utf-16-be"
     nul = sample.count(0)
     controls = sum(sample.count(c) for c in (1, 2, 3, 4, 5, 6, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31))
-    if nul > len(sample) * 0.01 or controls > len(sample) * 0.10:
+    if nul > len(sample) * 0.001 or nul + controls > len(sample) * 0.05:
         return None
     return "utf-8"
 
@@ -119,8 +119,6 @@ def iter_blocks(source: LogSource, block_size: int = BLOCK_SIZE) -> Iterator[byt
         if decoder is not None:
             text = decoder.decode(chunk, final=not chunk)
             chunk = text.lstrip("\ufeff").encode("utf-8", "replace") if text else b""
-            if not text and not carry and not chunk:
-                pass
         if not chunk:
             if carry:
                 yield carry

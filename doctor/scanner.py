@@ -31,9 +31,31 @@ CONTINUATION_LINES = 6  # lines after an exception line kept as its message
 _EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)\b:?")
 
 
-def compile_triggers(extra: Iterable[str] = ()) -> re.Pattern[bytes]:
-    words = sorted(set(BASE_TRIGGERS) | {w for w in extra if w}, key=len, reverse=True)
-    return re.compile(b"|".join(re.escape(w.encode("utf-8")) for w in words))
+class Triggers:
+    """Finds trigger words in a byte block. Aho-Corasick (ahocorasick_rs, ~700 MB/s) when it is
+    installed; otherwise one `re` alternation (~20 MB/s: correct, only slower)."""
+
+    def __init__(self, words: Iterable[str]):
+        self.words = sorted({w for w in words if w}, key=len, reverse=True)
+        encoded = [w.encode("utf-8") for w in self.words]
+        try:
+            import ahocorasick_rs
+        except ImportError:
+            self._ac = None
+            self._re = re.compile(b"|".join(re.escape(w) for w in encoded))
+        else:
+            self._ac = ahocorasick_rs.BytesAhoCorasick(encoded)
+            self._re = None
+
+    def starts(self, block: bytes) -> list[int]:
+        """Start offsets of trigger words in block, ascending."""
+        if self._ac is not None:
+            return [start for _, start, _ in self._ac.find_matches_as_indexes(block)]
+        return [m.start() for m in self._re.finditer(block)]
+
+
+def compile_triggers(extra: Iterable[str] = ()) -> Triggers:
+    return Triggers([*BASE_TRIGGERS, *extra])
 
 
 def _segment_bounds(block: bytes, pos: int) -> tuple[int, int]:
@@ -49,7 +71,7 @@ def _segment_bounds(block: bytes, pos: int) -> tuple[int, int]:
     return start, end
 
 
-def scan(source: LogSource, triggers: re.Pattern[bytes], source_index: int = 0,
+def scan(source: LogSource, triggers: Triggers, source_index: int = 0,
          stats: dict | None = None) -> Iterator[LogLine]:
     """Yield the salient lines of one log, in order, with 1-based line numbers."""
     line_base = 1  # line number at the start of the current block
@@ -59,12 +81,10 @@ def scan(source: LogSource, triggers: re.Pattern[bytes], source_index: int = 0,
         counted_to = 0
         line_at = line_base
         pos = 0
-        search = triggers.search
-        while True:
-            m = search(block, pos)
-            if m is None:
-                break
-            start, end = _segment_bounds(block, m.start())
+        for hit in triggers.starts(block):
+            if hit < pos:
+                continue  # another trigger word on a line already taken
+            start, end = _segment_bounds(block, hit)
             line_at += block.count(b"\n", counted_to, start)
             counted_to = start
             segment = block[start:end]
