@@ -1,0 +1,206 @@
+"""The one way the doctor starts several ranks: torchrun, a fresh temporary folder, a hard time
+limit. On time-out the whole process tree is killed (torchrun puts each worker in its own
+session, so every process started for the run is found by a token in its environment) and the
+ranks that never answered are named, with the last phase each reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WORKERS = Path(__file__).resolve().parent.parent / "probes" / "workers"
+TOKEN_VAR = "MGFT_DOCTOR_RUN"
+GRACE_S = 5.0
+LOG_TAIL = 60_000
+
+
+def worker_script(name: str) -> str:
+    """Path of a rank-side worker script shipped in mgft_doctor.probes.workers."""
+    from importlib import resources
+
+    path = Path(str(resources.files("mgft_doctor.probes.workers") / f"{name}.py"))
+    return str(path)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    result: dict | None  # the worker's result JSON, None if it never wrote one
+    phases: list[str] = field(default_factory=list)
+
+    @property
+    def answered(self) -> bool:
+        return self.result is not None
+
+    @property
+    def last_phase(self) -> str | None:
+        return self.phases[-1] if self.phases else None
+
+
+@dataclass
+class LaunchResult:
+    command: list[str]
+    ranks: dict[int, RankOutcome]
+    returncode: int | None
+    timed_out: bool
+    wall_s: float
+    log: str  # torchrun's and the workers' stdout/stderr, tail
+    leftover_killed: int = 0  # processes still alive after the run that the launcher had to kill
+
+    @property
+    def silent_ranks(self) -> list[int]:
+        return sorted(r for r, o in self.ranks.items() if not o.answered)
+
+    @property
+    def failed_ranks(self) -> list[int]:
+        return sorted(r for r, o in self.ranks.items() if o.answered and not o.result.get("ok", False))
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and not self.silent_ranks and not self.failed_ranks and self.returncode == 0
+
+    def results(self) -> list[dict]:
+        return [o.result for _, o in sorted(self.ranks.items()) if o.result is not None]
+
+    def describe_silence(self) -> str:
+        parts = []
+        for r in self.silent_ranks:
+            phase = self.ranks[r].last_phase
+            parts.append(f"rank {r} " + (f"(last reached: {phase})" if phase else "(never started its work)"))
+        return ", ".join(parts)
+
+
+def launch(script: str, *, nproc: int, timeout: float, python: str, args: dict | None = None,
+           nnodes: int = 1, node_rank: int = 0, master_addr: str = "127.0.0.1",
+           master_port: int | None = None, env: dict[str, str] | None = None,
+           keep_dir: str | None = None) -> LaunchResult:
+    """Run `script` on nproc ranks of this node under torchrun; never longer than timeout seconds."""
+    workdir = Path(tempfile.mkdtemp(prefix="mgft-doctor-"))
+    outdir = workdir / "out"
+    outdir.mkdir()
+    token = uuid.uuid4().hex
+    port = master_port or free_port()
+    cmd = [python, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--nnodes={nnodes}",
+           f"--node_rank={node_rank}", f"--master_addr={master_addr}", f"--master_port={port}",
+           "--max_restarts=0", "--monitor_interval=0.2", script, "--outdir", str(outdir),
+           "--args", json.dumps(args or {})]
+    run_env = dict(os.environ)
+    run_env.update(env or {})
+    run_env[TOKEN_VAR] = token
+    run_env.setdefault("PYTHONUNBUFFERED", "1")
+    run_env.setdefault("OMP_NUM_THREADS", "1")
+    run_env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    log_path = workdir / "launcher.log"
+    t0 = time.perf_counter()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=run_env, cwd=workdir, start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_tree(token, proc)
+            returncode = proc.returncode
+    wall = time.perf_counter() - t0
+    leftover = kill_tree(token, None)  # workers that outlived torchrun (they have their own sessions)
+    first = node_rank * nproc
+    ranks = {r: _read_rank(outdir, r) for r in range(first, first + nproc)}
+    text = log_path.read_bytes()[-LOG_TAIL:].decode("utf-8", "replace")
+    if keep_dir:
+        shutil.copytree(workdir, keep_dir, dirs_exist_ok=True)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return LaunchResult(cmd, ranks, returncode, timed_out, wall, text, leftover)
+
+
+def _read_rank(outdir: Path, rank: int) -> RankOutcome:
+    result = None
+    path = outdir / f"result-{rank}.json"
+    if path.exists():
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            result = None
+    phases_path = outdir / f"phase-{rank}.txt"
+    phases = phases_path.read_text(encoding="utf-8").split() if phases_path.exists() else []
+    return RankOutcome(rank, result, phases)
+
+
+def processes_with_token(token: str) -> list[int]:
+    """PIDs of this user's processes whose environment carries the run's token (Linux /proc)."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_tree(token: str, proc: subprocess.Popen | None) -> int:
+    """TERM, then KILL, every process of the run; returns how many had to be signalled."""
+    pids = set(processes_with_token(token))
+    if proc is not None and proc.poll() is None:
+        pids.add(proc.pid)
+    signalled = len(pids)
+    if not pids:
+        return 0
+    own_group = os.getpgid(0)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in list(pids):
+            try:
+                group = os.getpgid(pid)
+                if group != own_group:
+                    os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pids.discard(pid)
+        deadline = time.monotonic() + GRACE_S
+        while time.monotonic() < deadline:
+            if proc is not None:
+                proc.poll()
+            alive = {p for p in pids if _alive(p)}
+            if not alive:
+                break
+            time.sleep(0.05)
+        pids = {p for p in pids if _alive(p)}
+        if not pids:
+            break
+    if proc is not None:
+        try:
+            proc.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    return signalled
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False

@@ -1,0 +1,84 @@
+"""What a probe is and what it returns. A probe has a stable id `family.name`, a title, the
+probes whose results it needs, and run(context) -> ProbeResult. A probe that raises is shown
+as crashed (`error`), never as a pass."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"  # the probe itself crashed
+
+    @property
+    def mark(self) -> str:
+        return {"pass": "✓", "warn": "!", "fail": "✗", "skip": "-", "error": "E"}[self.value]
+
+
+@dataclass
+class Finding:
+    """One thing a probe found: a catalog code, what is wrong, and what to do."""
+
+    code: str
+    message: str
+    fix: str
+    severity: Status = Status.FAIL  # FAIL or WARN: how much this finding weighs on the probe
+
+    def to_json(self) -> dict:
+        return {"code": self.code, "message": self.message, "fix": self.fix, "severity": self.severity.value}
+
+
+@dataclass
+class ProbeResult:
+    id: str
+    title: str
+    status: Status
+    summary: str
+    findings: list[Finding] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    details: list[str] = field(default_factory=list)  # shown with -v: what was run, what was seen
+    duration_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "status": self.status.value, "title": self.title, "summary": self.summary,
+                "findings": [f.to_json() for f in self.findings], "metrics": self.metrics,
+                "details": self.details, "duration_s": round(self.duration_s, 3)}
+
+
+def result(probe_id: str, title: str, summary: str, findings: list[Finding] | None = None,
+           metrics: dict | None = None, details: list[str] | None = None,
+           status: Status | None = None) -> ProbeResult:
+    """A result whose status follows from its findings unless given: any FAIL finding fails it,
+    any WARN finding warns, none passes."""
+    findings = findings or []
+    if status is None:
+        if any(f.severity is Status.FAIL for f in findings):
+            status = Status.FAIL
+        elif findings:
+            status = Status.WARN
+        else:
+            status = Status.PASS
+    return ProbeResult(probe_id, title, status, summary, findings, metrics or {}, details or [])
+
+
+def skipped(probe_id: str, title: str, reason: str) -> ProbeResult:
+    return ProbeResult(probe_id, title, Status.SKIP, reason)
+
+
+@dataclass(frozen=True)
+class Probe:
+    id: str
+    title: str
+    run: Callable[["Context"], ProbeResult]  # noqa: F821 - doctor.context.Context
+    needs: tuple[str, ...] = ()
+    slow: bool = False  # starts processes or builds code (seconds to minutes)
+
+    @property
+    def family(self) -> str:
+        return self.id.split(".", 1)[0]

@@ -1,0 +1,69 @@
+"""How `check` speaks to a person: one row per probe in the flutter-doctor manner
+([✓] pass, [!] warning, [✗] failure, [-] skipped, [E] the probe crashed), findings with their
+code and fix under the row, -v for what each probe ran and saw, and a one-line summary."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+from .probe import Probe, ProbeResult, Status
+
+STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: "dim", Status.ERROR: "magenta"}
+
+
+class Progress:
+    """A spinner naming the probe that runs (multi-rank probes take seconds)."""
+
+    def __init__(self, console: Console, enabled: bool):
+        self.console = console
+        self.enabled = enabled
+        self._status = None
+
+    def start(self, probe: Probe) -> None:
+        if not self.enabled:
+            return
+        text = f"running {probe.id}: {probe.title}…"
+        if self._status is None:
+            self._status = self.console.status(text)
+            self._status.start()
+        else:
+            self._status.update(text)
+
+    def done(self, res: ProbeResult) -> None:
+        if self.enabled:
+            self.console.print(f"[{STYLE[res.status]}]{res.status.mark}[/] {res.id} ({res.duration_s:.1f} s)")
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+
+def render_results(results: list[ProbeResult], console: Console, verbose: bool = False) -> None:
+    if not verbose:
+        console.print("Doctor summary (to see all details, run mgft-doctor -v):")
+    for r in results:
+        st = STYLE[r.status]
+        console.print(f"[{st}]\\[{r.status.mark}][/] [bold]{escape(r.title)}[/] [dim]({r.id}, {r.duration_s:.1f} s)[/]")
+        console.print(f"    {escape(r.summary)}")
+        for f in r.findings:
+            fs = STYLE[f.severity]
+            console.print(f"    [{fs}]{f.severity.mark}[/] [cyan]{f.code}[/] {escape(f.message)}")
+            console.print(f"      → {escape(f.fix)}")
+        if verbose:
+            for d in r.details:
+                console.print(f"      [dim]{escape(d)}[/]")
+            for k, v in r.metrics.items():
+                if not isinstance(v, (list, dict)):
+                    console.print(f"      [dim]{k} = {v}[/]")
+    failed = sum(r.status is Status.FAIL for r in results)
+    warned = sum(r.status is Status.WARN for r in results)
+    crashed = sum(r.status is Status.ERROR for r in results)
+    total = sum(r.duration_s for r in results)
+    console.print()
+    if not failed and not crashed and not warned:
+        console.print(f"[green]•[/] No issues found! ({len(results)} probes, {total:.1f} s)")
+    else:
+        parts = [f"{n} {w}" for n, w in ((failed, "failed"), (warned, "with warnings"), (crashed, "crashed")) if n]
+        console.print(f"[{'red' if failed or crashed else 'yellow'}]![/] Doctor found issues: {', '.join(parts)} "
+                      f"({len(results)} probes, {total:.1f} s). `mgft-doctor codes CODE` explains a code.")
