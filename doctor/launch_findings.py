@@ -14,6 +14,12 @@ def _explain_log(text: str):
     return explain_text(text)
 
 
+def _signal_name(code: int) -> str:
+    from .failures import SIGNALS
+
+    return SIGNALS.get(-code, f"signal {-code}")
+
+
 def launch_failure_findings(res: LaunchResult, what: str, hang_code: str, died_code: str,
                             hang_fix: str) -> tuple[list[Finding], list[str]]:
     """Findings and detail lines for a launch that did not succeed."""
@@ -23,8 +29,8 @@ def launch_failure_findings(res: LaunchResult, what: str, hang_code: str, died_c
         answered = [r for r, o in res.ranks.items() if o.answered]
         findings.append(Finding(
             hang_code,
-            f"{what} did not finish within the time limit ({res.wall_s:.0f} s): no answer from "
-            f"{res.describe_silence()}" + (f"; ranks {answered} finished" if answered else ""),
+            f"{what} hung: no answer within {res.wall_s:.0f} s from {res.describe_silence()}"
+            + (f"; ranks {answered} finished" if answered else ""),
             hang_fix))
     report = _explain_log(res.log) if res.log.strip() else None
     if report is not None and report.diagnoses and not res.timed_out:
@@ -32,19 +38,21 @@ def launch_failure_findings(res: LaunchResult, what: str, hang_code: str, died_c
         root = report.root_error.text.strip() if report.root_error else ""
         findings.append(Finding(d.code, f"{what} failed: {d.title}" + (f" ({root[:200]})" if root else ""), d.fixes[0]))
     elif not res.timed_out:
-        failed = res.failed_ranks
         errors = [f"rank {o.rank}: {o.result.get('error_type')}: {o.result.get('error', '')[:300]}"
                   for o in res.ranks.values() if o.result and not o.result.get("ok", True)]
+        dead = report.failed_rank if report is not None else None
+        codes = [c for c in (report.exit_codes if report is not None else []) if c]
         if errors:
             msg = "; ".join(errors)
+        elif dead is not None and codes:
+            msg = f"rank {dead} died with exit code {codes[0]}" + (
+                f" ({_signal_name(codes[0])})" if codes[0] < 0 else "") + " before reporting; the others were stopped"
         elif res.silent_ranks:
             msg = f"{res.describe_silence()} exited without a result (exit code {res.returncode})"
         else:
             msg = f"torchrun exited with code {res.returncode}"
-        root = report.root_error.text.strip()[:200] if report is not None and report.root_error else ""
-        findings.append(Finding(died_code, f"{what} failed: {msg}" + (f" — {root}" if root and root not in msg else ""),
+        findings.append(Finding(died_code, f"{what} failed: {msg}",
                                 "Read the rank's error above; `mgft-doctor -v` shows the launch log."))
-        _ = failed
     tail = [ln for ln in res.log.strip().splitlines()[-25:]]
     details += ["launch log (tail):", *("  " + ln[:300] for ln in tail)]
     return findings, details

@@ -78,11 +78,23 @@ class LaunchResult:
         return [o.result for _, o in sorted(self.ranks.items()) if o.result is not None]
 
     def describe_silence(self) -> str:
-        parts = []
-        for r in self.silent_ranks:
+        """Which ranks never answered, the laggards first: a rank that stopped at an earlier phase
+        than the others is the one they are all waiting for."""
+        silent = self.silent_ranks
+        if not silent:
+            return ""
+        depth = {r: len(self.ranks[r].phases) for r in silent}
+        behind = [r for r in silent if depth[r] < max(depth.values())] or silent
+        waiting = [r for r in silent if r not in behind]
+
+        def where(r):
             phase = self.ranks[r].last_phase
-            parts.append(f"rank {r} " + (f"(last reached: {phase})" if phase else "(never started its work)"))
-        return ", ".join(parts)
+            return f"rank {r} (at '{phase}')" if phase else f"rank {r} (never started)"
+
+        text = ", ".join(where(r) for r in behind)
+        if waiting:
+            text += "; waiting for it: " + ", ".join(where(r) for r in waiting)
+        return text
 
 
 def launch(script: str, *, nproc: int, timeout: float, python: str, args: dict | None = None,

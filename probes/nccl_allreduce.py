@@ -50,7 +50,8 @@ def run(ctx: Context):
     if not res.ok:
         findings, details = launch_failure_findings(res, f"the {backend} all-reduce on {world} ranks",
                                                     _codes.COLLECTIVE_HANG, _codes.RANK_DIED, HANG_FIX)
-        return result(ID, TITLE, findings[0].message if findings else "the all-reduce failed", findings,
+        short = "hung (time limit reached)" if res.timed_out else "failed"
+        return result(ID, TITLE, f"the {backend} all-reduce on {world} ranks {short}", findings,
                       {"wall_s": round(res.wall_s, 2)}, details, status=Status.FAIL)
     rows = res.results()
     first = rows[0]

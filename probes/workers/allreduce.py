@@ -31,8 +31,7 @@ def body(w: Worker) -> dict:
     dist.init_process_group(backend, timeout=timedelta(seconds=float(a.get("pg_timeout", 60))))
     n = dist.get_world_size()
     if fault.get("rank") == w.rank and fault.get("kind") == "hang":
-        w.phase("hanging_before_collective")
-        time.sleep(10_000)
+        time.sleep(10_000)  # this rank never reaches the collective; its last phase stays init
     w.phase("correctness_all_reduce")
     probe = torch.full((1024,), float(w.rank + 1), device=device)
     dist.all_reduce(probe)
