@@ -12,6 +12,7 @@ MODULES = (
     "nccl_shm",
     "nccl_p2p",
     "nccl_allreduce",
+    "config_deepspeed",
 )
 
 

@@ -1,0 +1,99 @@
+"""The DeepSpeed/YAML rules and `mgft-doctor fix` on real config files."""
+
+import json
+
+import pytest
+
+from mgft_doctor import dsconfig_rules
+from mgft_doctor.runconfig import load_run_config
+
+Z3_AUTO = {
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+    "zero_optimization": {"stage": 3, "overlap_comm": False, "reduce_bucket_size": "auto",
+                          "stage3_gather_16bit_weights_on_model_save": True},
+}
+
+
+def write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_text(json.dumps(data, indent=2) if name.endswith(".json") else data)
+    return str(p)
+
+
+def keys(problems):
+    return [p.key for p in problems]
+
+
+def test_auto_is_fine_under_llamafactory_but_flagged_alone(tmp_path):
+    ds = write(tmp_path, "ds_z3.json", Z3_AUTO)
+    yml = write(tmp_path, "train.yaml", f"model_name_or_path: x\nstage: sft\ndeepspeed: {ds}\n"
+                                        "per_device_train_batch_size: 2\ngradient_accumulation_steps: 4\nbf16: true\n")
+    assert dsconfig_rules.check(load_run_config(yml), 2, True) == []
+    alone = dsconfig_rules.check(load_run_config(ds), 2, True)
+    assert keys(alone) == ["DS_AUTO_OUTSIDE_TRAINER"] and alone[0].severity == "warn"
+    assert "train_batch_size" in alone[0].paths and "zero_optimization.reduce_bucket_size" in alone[0].paths
+
+
+def test_batch_arithmetic_alone_and_against_yaml(tmp_path):
+    ds = write(tmp_path, "ds.json", {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 2,
+                                      "gradient_accumulation_steps": 18, "zero_optimization": {"stage": 2}})
+    probs = dsconfig_rules.check(load_run_config(ds), 7, None)
+    assert keys(probs) == ["DS_BATCH_ARITHMETIC"] and "256" in probs[0].message and "252" in probs[0].message
+    ok = write(tmp_path, "ok.json", {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 2,
+                                      "gradient_accumulation_steps": 16, "zero_optimization": {"stage": 2}})
+    assert dsconfig_rules.check(load_run_config(ok), 8, None) == []
+    yml = write(tmp_path, "t.yaml", f"deepspeed: {ds}\nper_device_train_batch_size: 4\ngradient_accumulation_steps: 18\n")
+    probs = dsconfig_rules.check(load_run_config(yml), 7, None)
+    assert "DS_HF_MISMATCH" in keys(probs)
+
+
+def test_precision_and_zero_sections(tmp_path):
+    ds = write(tmp_path, "ds.json", {"fp16": {"enabled": True}, "bf16": {"enabled": True},
+                                      "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})
+    probs = dsconfig_rules.check(load_run_config(ds), 2, False)
+    ks = keys(probs)
+    assert ks.count("DS_CONFIG_INVALID") == 2  # fp16+bf16, nvme without nvme_path
+    assert "BF16_UNSUPPORTED" in ks and "ZERO3_EMPTY_SAVE" in ks
+
+
+def test_huge_ddp_timeout_and_missing_ds_file(tmp_path):
+    yml = write(tmp_path, "t.yaml", "deepspeed: examples/deepspeed/nope.json\nddp_timeout: 180000000\n")
+    probs = dsconfig_rules.check(load_run_config(yml), 2, None)
+    assert set(keys(probs)) == {"DS_CONFIG_INVALID", "HANG_NEVER_TIMES_OUT"}
+
+
+def test_ds_path_resolved_like_llamafactory(tmp_path, monkeypatch):
+    root = tmp_path / "LLaMA-Factory"
+    (root / "examples" / "deepspeed").mkdir(parents=True)
+    (root / "examples" / "train_lora").mkdir(parents=True)
+    (root / "examples" / "deepspeed" / "ds_z3_config.json").write_text(json.dumps(Z3_AUTO))
+    yml = root / "examples" / "train_lora" / "sft.yaml"
+    yml.write_text("deepspeed: examples/deepspeed/ds_z3_config.json\n")
+    monkeypatch.chdir(tmp_path)  # not the LLaMA-Factory root: found through the YAML's parents
+    rc = load_run_config(str(yml))
+    assert rc.ds is not None and rc.zero_stage == 3
+
+
+def test_fix_shows_diff_and_writes_only_when_asked(tmp_path, run_doctor):
+    cfg = dict(Z3_AUTO)
+    cfg["zero_optimization"] = {"stage": 3}
+    ds = write(tmp_path, "ds.json", cfg)
+    original = open(ds).read()
+    code, out, err = run_doctor("fix", ds, "--world-size", "4")
+    assert code == 1 and '+  "train_batch_size": 4' in out and "stage3_gather_16bit_weights_on_model_save" in out
+    assert open(ds).read() == original  # nothing changed without --write
+    code, out, err = run_doctor("fix", ds, "--world-size", "4", "--write")
+    assert code == 0 and open(ds + ".bak").read() == original
+    fixed = json.load(open(ds))
+    assert fixed["train_batch_size"] == 4 and fixed["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+    code, out, err = run_doctor("fix", ds, "--world-size", "4", "--write")
+    assert code == 0 and "nothing to repair" in out
+
+
+@pytest.mark.parametrize("content,words", [("{not json", "not valid JSON"), ('{"a": 1, "a": 2}', "duplicate key")])
+def test_fix_bad_json_is_one_line(tmp_path, run_doctor, content, words):
+    p = tmp_path / "ds.json"
+    p.write_text(content)
+    code, out, err = run_doctor("fix", str(p))
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1
