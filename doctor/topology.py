@@ -69,7 +69,9 @@ def read_topology() -> Topology:
 
 def parse_topo_matrix(text: str) -> dict[tuple[int, int], str]:
     """Parse `nvidia-smi topo -m`: the header names the columns, each GPUi row gives its links."""
-    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    from .loglines import strip_ansi
+
+    lines = [strip_ansi(ln).rstrip() for ln in text.splitlines() if ln.strip()]
     if not lines:
         return {}
     header = lines[0].split()
