@@ -13,6 +13,7 @@ MODULES = (
     "nccl_p2p",
     "nccl_allreduce",
     "config_deepspeed",
+    "config_memory",
 )
 
 

@@ -1,0 +1,120 @@
+"""config.memory: memory per GPU and per host for this run under each ZeRO stage and offload,
+from the model's config.json (LoRA-aware, activations and logits included), against the GPUs
+and host RAM here. Says whether the configured stage fits and the cheapest one that does."""
+
+from __future__ import annotations
+
+import os
+
+from mgft_doctor import memory_estimate as me
+from mgft_doctor.context import Context
+from mgft_doctor.model_config import load_model_config
+from mgft_doctor.probe import Finding, Probe, Status, result, skipped
+
+from . import _codes
+
+ID, TITLE = "config.memory", "Memory per GPU and host for this run"
+GiB = me.GiB
+DEFAULT_GPU_BYTES = 80 * GiB  # when no GPU is visible here, assume the common 80 GB card
+
+
+def host_memory_bytes() -> int | None:
+    """The smaller of the cgroup limit and MemTotal (containers see the host's MemTotal)."""
+    limits = []
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            v = open(path).read().strip()
+            if v.isdigit() and int(v) < 1 << 60:
+                limits.append(int(v))
+        except OSError:
+            pass
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal:"):
+                limits.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    return min(limits) if limits else None
+
+
+def offload_label(rc) -> str:
+    off_opt = rc.offload_device("offload_optimizer")
+    off_par = rc.offload_device("offload_param")
+    if off_opt and off_par:
+        return "optimizer+params"
+    return "optimizer" if off_opt else "none"
+
+
+def run(ctx: Context):
+    rc = ctx.run_config
+    model = ctx.options.model or (rc.model if rc else None)
+    if not model:
+        return skipped(ID, TITLE, "skipped: no model given (--model, or model_name_or_path in the YAML)")
+    cfg, where = load_model_config(model)
+    if cfg is None:
+        return skipped(ID, TITLE, f"skipped: {where}")
+    try:
+        shape = me.shape_from_config(cfg)
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        return skipped(ID, TITLE, f"skipped: cannot read the architecture from {where} ({exc})")
+    y = rc.yaml if rc else {}
+    gpus_here = ctx.facts.gpu_count
+    per_node = ctx.nproc
+    world = per_node * ctx.options.nnodes
+    lora = y.get("lora_rank", 8) if y.get("finetuning_type", "lora" if y else "full") == "lora" else None
+    micro = int(y.get("per_device_train_batch_size", 1) or 1)
+    seq = int(y.get("cutoff_len", 2048) or 2048)
+    flash = str(y.get("flash_attn", "auto")).lower() in ("auto", "fa2", "fa3", "sdpa")
+    ckpt = not y.get("disable_gradient_checkpointing", False)
+    gpu_mem = min((d.get("total_memory", 0) for d in ctx.facts.devices), default=0) or DEFAULT_GPU_BYTES
+    host = host_memory_bytes()
+    plans = me.plans(shape, world, per_node, micro, seq, lora, ckpt, flash)
+    stage = rc.zero_stage if rc and rc.ds is not None else None
+    chosen_off = offload_label(rc) if rc and rc.ds is not None else "none"
+    details = [f"model {where}: {shape.total_params / 1e9:.2f} B parameters"
+               + (f", MoE {shape.experts} experts" if shape.experts else "")
+               + (f"; LoRA rank {lora}" if lora else "; full fine-tuning"),
+               f"{world} GPU(s) of {gpu_mem / GiB:.0f} GiB{' (assumed: none visible here)' if not gpus_here else ''}, "
+               f"host {host / GiB:.0f} GiB" if host else "host memory unknown",
+               f"micro batch {micro}, sequence {seq}, gradient checkpointing {'on' if ckpt else 'off'}, "
+               f"{'flash/SDPA' if flash else 'eager'} attention"]
+    fits = []
+    for p in plans:
+        ok_gpu = p.gpu_bytes <= gpu_mem * 0.95
+        ok_host = host is None or p.host_bytes <= host * 0.9
+        mark = "fits" if ok_gpu and ok_host else ("GPU too small" if not ok_gpu else "host RAM too small")
+        details.append(f"ZeRO-{p.stage} offload {p.offload:17}: {p.gpu_bytes / GiB:7.1f} GiB/GPU  "
+                       f"{p.host_bytes / GiB:7.1f} GiB host  {mark}")
+        if ok_gpu and ok_host:
+            fits.append(p)
+    metrics = {"params": shape.total_params, "world_size": world,
+               "plans": [{"stage": p.stage, "offload": p.offload, "gpu_GiB": round(p.gpu_bytes / GiB, 2),
+                          "host_GiB": round(p.host_bytes / GiB, 2)} for p in plans]}
+    best = fits[0] if fits else None
+    findings = []
+    if stage is not None:
+        mine = next((p for p in plans if p.stage == max(stage, 0) and p.offload == chosen_off), None)
+        if mine is None:
+            mine = min(plans, key=lambda p: abs(p.stage - stage))
+        metrics.update({"configured_gpu_GiB": round(mine.gpu_bytes / GiB, 2), "configured_host_GiB": round(mine.host_bytes / GiB, 2)})
+        if mine.gpu_bytes > gpu_mem * 0.95:
+            fix = (f"Use ZeRO-{best.stage}" + (f" with {best.offload} offload" if best.offload != "none" else "") +
+                   f" ({best.gpu_bytes / GiB:.0f} GiB/GPU), e.g. examples/deepspeed/ds_z3{'_offload' if best.offload != 'none' else ''}_config.json"
+                   if best else "No ZeRO stage fits: use LoRA/QLoRA, more GPUs, or a shorter cutoff_len.")
+            findings.append(Finding(_codes.GPU_OOM_MODEL_STATES,
+                                    f"ZeRO-{stage} (offload {chosen_off}) needs about {mine.gpu_bytes / GiB:.0f} GiB per GPU; "
+                                    f"the GPUs have {gpu_mem / GiB:.0f} GiB", fix,
+                                    Status.FAIL if gpus_here else Status.WARN))
+        elif host is not None and mine.host_bytes > host * 0.9:
+            findings.append(Finding(_codes.HOST_OOM_OFFLOAD,
+                                    f"offload needs about {mine.host_bytes / GiB:.0f} GiB of host RAM; this host has {host / GiB:.0f} GiB",
+                                    "Offload less (optimizer only), use more nodes, or add RAM; the OOM killer ends such runs with exit code -9.",
+                                    Status.WARN))
+    summary = (f"{shape.total_params / 1e9:.2f} B params on {world} GPU(s): "
+               + (f"configured ZeRO-{stage} needs ~{metrics['configured_gpu_GiB']:.0f} GiB/GPU; " if stage is not None else "")
+               + (f"smallest fitting: ZeRO-{best.stage}{' + ' + best.offload + ' offload' if best.offload != 'none' else ''}"
+                  if best else "no ZeRO stage fits"))
+    return result(ID, TITLE, summary, findings, metrics, details)
+
+
+PROBE = Probe(ID, TITLE, run)
