@@ -18,6 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from .errors import CatalogError
 from .patterns import Pattern
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml is 10x faster when present
 CODE_FORMAT = stdlib_re.compile(r"^MGD\d{3}$")
 AREAS = {
     "launch": "Launch and torchrun",
@@ -73,6 +74,9 @@ class Entry:
     examples_match: list[str] = field(default_factory=list)
     examples_no_match: list[str] = field(default_factory=list)
     path: str = ""
+    # Known-bad combination: the installed versions that make this failure certain to be met
+    # (all must hold), e.g. deepspeed>=0.16.0 with transformers<4.47.1. Read by versions.compat.
+    affects: tuple[VersionCondition, ...] = ()
 
     def all_patterns(self) -> list[Pattern]:
         return [*self.signatures, *(p for g in self.requires for p in g), *self.context, *self.excludes]
@@ -107,7 +111,7 @@ def _patterns(raw, path: str, fieldname: str) -> list[Pattern]:
             raise CatalogError(path, where, "must be a regex string or {re: ..., fuzzy: N}")
         try:
             out.append(Pattern.compile(src, fuzzy))
-        except regex.error as exc:
+        except (regex.error, OverflowError, RecursionError) as exc:
             raise CatalogError(path, where, f"invalid regex: {exc}")
     return out
 
@@ -127,6 +131,18 @@ def _conditions(raw, path: str, where: str) -> tuple[VersionCondition, ...]:
             raise CatalogError(path, where, f"invalid version range: {exc}")
         out.append(VersionCondition(m.group(1).lower().replace("_", "-"), spec, item.strip()))
     return tuple(out)
+
+
+def _affects(raw, path: str) -> tuple[VersionCondition, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise CatalogError(path, "affects", "must be a non-empty list of version conditions, e.g. ['deepspeed>=0.16.0']")
+    conditions = _conditions(raw, path, "affects")
+    packages = [c.package for c in conditions]
+    if len(set(packages)) != len(packages):
+        raise CatalogError(path, "affects", "name each package once (join its bounds with a comma: 'torch>=2.4,<2.6')")
+    return conditions
 
 
 def parse_entry(data, path: str) -> Entry:
@@ -193,6 +209,7 @@ def parse_entry(data, path: str) -> Entry:
         excludes=_patterns(match.get("excludes"), path, "match.excludes"),
         triggers=list(triggers), priority=float(priority), standalone=standalone,
         examples_match=ex_match, examples_no_match=ex_no, path=path,
+        affects=_affects(data.get("affects"), path),
     )
 
 
@@ -202,7 +219,7 @@ def load_file(path: Path) -> Entry:
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogError(str(path), "<file>", f"cannot read: {exc}")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "?"

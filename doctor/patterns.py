@@ -53,12 +53,19 @@ def _literal_runs(seq) -> list[str]:
     return [r for r in runs if r]
 
 
-def required_literals(source: str) -> tuple[str, ...] | None:
+def parse_standard(source: str):
+    """The standard engine's parse tree, or None for syntax only the `regex` module knows."""
+    try:
+        return sre_parse.parse(source, stdlib_re.IGNORECASE)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def required_literals(source: str, tree=None) -> tuple[str, ...] | None:
     """Literals of which at least one is in every line the pattern can match (collapsed form),
     or None when no useful literal can be read off the pattern."""
-    try:
-        tree = sre_parse.parse(source, stdlib_re.IGNORECASE)
-    except Exception:  # regex-module syntax the standard parser lacks: no prefilter
+    tree = tree if tree is not None else parse_standard(source)
+    if tree is None:
         return None
     items = list(tree)
     if len(items) == 1 and items[0][0] is sre_constants.BRANCH:
@@ -93,25 +100,38 @@ def required_literals_from_tree(items) -> tuple[str, ...] | None:
 class Pattern:
     source: str
     fuzzy: int
-    compiled: "regex.Pattern"
     literals: tuple[str, ...] | None
+    _compiled: "regex.Pattern | None" = None
 
     @classmethod
     def compile(cls, source: str, fuzzy: int = 0) -> "Pattern":
+        """Check the pattern now (raises regex.error); build the matcher on first use, since
+        the literal prefilter spares most patterns of a given log from ever running."""
+        tree = parse_standard(source)
         if fuzzy:
-            compiled = regex.compile(f"(?:{source}){{e<={fuzzy}}}", regex.IGNORECASE | regex.V0)
-            words = tuple(dict.fromkeys(collapse(w) for w in _WORD.findall(source)))
-            literals = words or None
+            literals = tuple(dict.fromkeys(collapse(w) for w in _WORD.findall(source))) or None
         else:
-            compiled = regex.compile(source, regex.IGNORECASE | regex.V0)
-            literals = required_literals(source)
-        return cls(source, fuzzy, compiled, literals)
+            literals = required_literals(source, tree)
+        pattern = cls(source, fuzzy, literals)
+        if tree is None or fuzzy:
+            pattern._build()  # syntax the standard parser could not vouch for
+        return pattern
+
+    def _build(self) -> "regex.Pattern":
+        if self._compiled is None:
+            src = f"(?:{self.source}){{e<={self.fuzzy}}}" if self.fuzzy else self.source
+            self._compiled = regex.compile(src, regex.IGNORECASE | regex.V0)
+        return self._compiled
+
+    @property
+    def compiled(self) -> "regex.Pattern":
+        return self._build()
 
     def may_match(self, collapsed: str) -> bool:
         return self.literals is None or any(lit in collapsed for lit in self.literals)
 
     def search(self, text: str):
         try:
-            return self.compiled.search(text, timeout=SEARCH_TIMEOUT_S)
+            return self._build().search(text, timeout=SEARCH_TIMEOUT_S)
         except TimeoutError:
             return None

@@ -29,6 +29,7 @@ BASE_TRIGGERS = (
 )
 CONTINUATION_LINES = 6  # lines after an exception line kept as its message
 _EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)\b:?")
+_FRAME_LINE = re.compile(rb'^(?:\[\w+\]:)*\s+File "')
 
 
 class Triggers:
@@ -91,9 +92,13 @@ def scan(source: LogSource, triggers: Triggers, source_index: int = 0,
             # take the whole physical line when it holds '\r' redraws: normalise splits them
             yield from normalise(line_at, segment.decode("utf-8", "replace"), source_index)
             pos = end + 1
+            follow = 0
             if _EXC_LINE.match(segment):
-                # the message of an exception often continues on lines with no trigger word
-                for _ in range(CONTINUATION_LINES):
+                follow = CONTINUATION_LINES  # the message of an exception often continues on lines with no trigger word
+            elif _FRAME_LINE.match(segment):
+                follow = 1  # the source line under a traceback frame says what was being done
+            if follow:
+                for _ in range(follow):
                     if pos >= len(block):
                         break
                     nxt = block.find(b"\n", pos)
