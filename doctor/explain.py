@@ -118,7 +118,8 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
     root_line = analysis.root.line if analysis.root else None
     root_kind = analysis.root.kind if analysis.root else None
     if analysis.failure:
-        candidates = matcher.rank(_root_region(analysis))
+        candidates = matcher.rank(analysis.root_lines, _root_followers(analysis),
+                                  analysis.root.line.rank if analysis.root else None)
     else:
         # no error was printed; only entries that recognise a silent failure (a hang seen in a
         # stack dump, training on the CPU) may still call it one
@@ -136,14 +137,12 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
     )
 
 
-def _root_region(analysis) -> set[tuple[int, int]]:
-    region = set(analysis.root_lines)
+def _root_followers(analysis) -> set[tuple[int, int]]:
+    """The lines right after the root error: its message continues there (if the same rank printed them)."""
     root = analysis.root
-    if root is not None:
-        # the message lines printed right after the root error belong to it
-        for n in range(root.line.no, root.line.no + 8):
-            region.add((root.line.source, n))
-    return region
+    if root is None:
+        return set()
+    return {(root.line.source, n) for n in range(root.line.no + 1, root.line.no + 8)}
 
 
 def _diagnosis(cand: Candidate, versions: dict[str, str]) -> Diagnosis:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 # Prefixes that torchrun, accelerate, deepspeed/pdsh and srun put before a rank's output.
 _RANK_PREFIX = re.compile(
-    r"^(?:[\w.-]+:\s)?"  # pdsh/deepspeed multi-node: 'host: '
+    r"^(?:(?![\w.]*(?:Error|Exception|Interrupt|Warning)\b)[\w.-]+:\s)?"  # pdsh/deepspeed multi-node: 'host: '
     r"(?:\[(?:rank|default|Rank|RANK)\s?(\d+)\]:?\s?)+"  # [rank1]: [default0]: (possibly repeated)
 )
 _NUMERIC_PREFIX = re.compile(r"^(\d{1,3}):\s")  # torchrun --tee / srun -l: '3: '

@@ -99,7 +99,18 @@ class Matcher:
                     hits = self.hits[i] = Hits()
                 hits.add(line)
 
-    def rank(self, root_lines: set[tuple[int, int]]) -> list[Candidate]:
+    def rank(self, root_lines: set[tuple[int, int]], followers: set[tuple[int, int]] = frozenset(),
+             root_rank: int | None = None) -> list[Candidate]:
+        """Rank the entries; a line is 'at the root' when it is the root error or its traceback,
+        or follows it closely and was printed by the same rank (or by no rank in particular)."""
+
+        def at_root_line(ln: LogLine) -> bool:
+            key = (ln.source, ln.no)
+            return key in root_lines or (key in followers and ln.rank in (root_rank, None))
+
+        return self._rank(at_root_line)
+
+    def _rank(self, at_root_line) -> list[Candidate]:
         by_entry: dict[int, list[tuple[_Slot, Hits]]] = {}
         for i, hits in self.hits.items():
             slot = self.slots[i]
@@ -115,7 +126,7 @@ class Matcher:
             groups = {s.group for s, _ in matched if s.role == "require"}
             if len(groups) < len(entry.requires):
                 continue
-            at_root = any((ln.source, ln.no) in root_lines for _, h in sigs for ln in h.lines())
+            at_root = any(at_root_line(ln) for _, h in sigs for ln in h.lines())
             distinct = len({id(s.pattern) for s, _ in sigs})
             contexts = len({id(s.pattern) for s, _ in matched if s.role == "context"})
             score = (ROOT_SIGNATURE if at_root else OTHER_SIGNATURE)
@@ -125,8 +136,8 @@ class Matcher:
             score += entry.priority
             if score < MIN_SCORE:
                 continue
-            evidence = _evidence(sigs, matched, root_lines)
-            rank = next((ln.rank for ln in evidence if (ln.source, ln.no) in root_lines and ln.rank is not None), None)
+            evidence = _evidence(sigs, matched, at_root_line)
+            rank = next((ln.rank for ln in evidence if at_root_line(ln) and ln.rank is not None), None)
             if rank is None:
                 rank = next((ln.rank for ln in evidence if ln.rank is not None), None)
             out.append(Candidate(entry, score, evidence, at_root, rank))
@@ -134,7 +145,7 @@ class Matcher:
         return out
 
 
-def _evidence(sigs, matched, root_lines) -> list[LogLine]:
+def _evidence(sigs, matched, at_root_line) -> list[LogLine]:
     """Signature lines first (root ones before others), then requirement and context lines."""
     seen: set[tuple[int, int, str]] = set()
     ordered: list[LogLine] = []
@@ -146,7 +157,7 @@ def _evidence(sigs, matched, root_lines) -> list[LogLine]:
                 seen.add(key)
                 ordered.append(ln)
 
-    sig_lines = sorted((ln for _, h in sigs for ln in h.lines()), key=lambda ln: ((ln.source, ln.no) not in root_lines, ln.source, ln.no))
+    sig_lines = sorted((ln for _, h in sigs for ln in h.lines()), key=lambda ln: (not at_root_line(ln), ln.source, ln.no))
     take(sig_lines[:3])
     for role in ("require", "context"):
         take(sorted((h.first[0] for s, h in matched if s.role == role), key=lambda ln: (ln.source, ln.no)))

@@ -37,8 +37,11 @@ def diagnose(text: str):
     """explain's report for this text, or None when no catalog entry matched."""
     from .explain import explain_text
 
-    report = explain_text(text, use_installed=True)
-    return report if report.diagnoses else None
+    report = explain_text(text)
+    if not report.diagnoses:
+        return None
+    # the installed versions pick version-aware fixes; read them only when there is something to fix
+    return explain_text(text, use_installed=True)
 
 
 def section_text(report) -> str:
@@ -77,8 +80,10 @@ class ExplainPlugin:
                 if found is not None:
                     d = found.diagnoses[0]
                     report.sections.append((SECTION, section_text(found)))
-                    report.user_properties.append(("mgft_doctor_code", d.code))
-                    report.user_properties.append(("mgft_doctor_title", d.title))
+                    found_props = [("mgft_doctor_code", d.code), ("mgft_doctor_title", d.title)]
+                    report.user_properties.extend(found_props)
+                    # JUnit XML writes the properties of the teardown report, which copies the item's
+                    item.user_properties.extend(found_props)
         return report
 
     def pytest_runtest_logreport(self, report) -> None:

@@ -108,7 +108,6 @@ class DoctorState:
         self._options = None
         self._contexts: dict = {}
         self._requirements: dict = {}
-        self.ran_ranks = False  # mgft_ranks was used (teardown sweeps for leftovers)
 
     # options ---------------------------------------------------------------
     @property
@@ -147,9 +146,13 @@ class DoctorState:
 
             c = self.config
             python = c.getoption("mgft_doctor_python")
+            if python and os.sep not in python:  # a bare name: python3.11, found on PATH
+                import shutil
+
+                python = shutil.which(python) or python
             ns = argparse.Namespace(
                 nproc=c.getoption("mgft_doctor_nproc"), timeout=self.timeout,
-                python=self._path(python) if python and os.sep in python else (python or sys.executable),
+                python=self._path(python) if python else sys.executable,
                 nnodes=None, node_rank=None, master_addr=None, master_port=None,
                 config=self._path(c.getoption("mgft_doctor_config")),
                 model=c.getoption("mgft_doctor_model"), deepspeed=self._path(c.getoption("mgft_doctor_deepspeed")),
@@ -177,6 +180,7 @@ class DoctorState:
         if ctx is None:
             import dataclasses
 
+            _ = base.facts  # read once, shared below
             ctx = self._contexts[nproc] = Context(dataclasses.replace(self.options(), nproc=nproc))
             for name in ("facts", "topology"):  # cached_property values read once per session
                 if name in base.__dict__:
@@ -213,8 +217,8 @@ class DoctorState:
         chosen = _with_needs(registry, _select(registry, selectors))
         head = f"{MARKER}({gpus})"
         ctx = self.context(gpus if gpus >= 2 else None)
-        facts = ctx.facts
         if gpus:
+            facts = ctx.facts  # torch's view, read once per session (a subprocess of the Python examined)
             why = facts.raw.get("facts_error") or facts.raw.get("torch_error")
             if why:
                 return f"{head}: needs {gpus} GPU(s); torch cannot tell in {ctx.options.python}: {_short(why)}"

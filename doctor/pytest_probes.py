@@ -72,9 +72,10 @@ class ProbeFailureRepr:
         if res.status is Status.ERROR or self.verbose:
             for d in res.details:
                 tw.line(f"      {d}")
-        codes = sorted({f.code for f in res.findings})
+        codes = list(dict.fromkeys(f.code for f in res.findings))
         if codes:
-            tw.line(f"    explained by: {', '.join(f'mgft-doctor codes {c}' for c in codes)}")
+            tw.line(f"    each code explained: mgft-doctor codes {codes[0]}"
+                    + (f" (and {', '.join(codes[1:])})" if codes[1:] else ""))
 
     def __str__(self) -> str:
         lines = _Lines()
@@ -179,12 +180,15 @@ class ProbeItem(pytest.Item):
 class ProbeCollector(pytest.Collector):
     """The session-level collector `mgft-doctor` of the selected probes."""
 
-    def __init__(self, *, doctor: DoctorState, **kw):
+    def __init__(self, *, doctor: DoctorState, select, **kw):
         super().__init__(**kw)
         self.doctor = doctor
+        self.select = select
 
     def collect(self):
-        for probe in self.doctor.config.pluginmanager.get_plugin("mgft-doctor-probes").selected():
+        # a probe module that cannot be imported is this collector's error, reported as pytest
+        # reports a test module that cannot be imported
+        for probe in self.select():
             yield ProbeItem.from_parent(self, name=probe.id, probe=probe, doctor=self.doctor)
 
     def reportinfo(self):
@@ -211,11 +215,13 @@ class ProbesPlugin:
 
         options = self.doctor.options()
         try:
-            self.selected()
             if options.config or options.deepspeed:
                 _ = self.doctor.context().run_config  # a broken YAML/JSON is bad input
+            self.selected()
         except DoctorError as exc:
             raise pytest.UsageError(f"mgft-doctor: {exc}")
+        except Exception:  # noqa: BLE001 - a probe module that does not import: collection reports it
+            pass
         import os
 
         if not os.path.isfile(options.python):
@@ -223,7 +229,11 @@ class ProbesPlugin:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         o = self.doctor.options()
-        parts = [f"{len(self.selected())} probe(s) as items 'mgft-doctor::<id>'",
+        try:
+            count = str(len(self.selected()))
+        except Exception:  # noqa: BLE001 - reported by the collection
+            count = "?"
+        parts = [f"{count} probe(s) as items 'mgft-doctor::<id>'",
                  f"nproc {o.nproc or 'auto'}", f"timeout {o.timeout:g} s"]
         if o.python != sys.executable:
             parts.append(f"python {o.python}")
@@ -239,7 +249,7 @@ class ProbesPlugin:
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
         # first, so that -k / -m / --deselect (which run after) select among the probes too
         collector = ProbeCollector.from_parent(session, name=COLLECTOR_NAME, nodeid=COLLECTOR_NAME,
-                                               doctor=self.doctor)
+                                               doctor=self.doctor, select=self.selected)
         items[:0] = list(session.genitems(collector))
 
     @pytest.hookimpl(wrapper=True)

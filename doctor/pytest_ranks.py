@@ -40,6 +40,7 @@ class RanksRun:
 
 
 def _function_spec(fn) -> tuple[str, str, str | None]:
+    __tracebackhide__ = True
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None)
     if not callable(fn) or not module or not qualname:
@@ -130,12 +131,28 @@ def describe_failure(res, name: str, nproc: int, backend: str, timeout: float) -
         r = o.result
         if r is not None and not r.get("ok", True):
             lines.append(f"rank {rank} raised {r.get('error_type')}: {r.get('error', '')}")
-            tb = (r.get("traceback") or "").rstrip()
+            tb = _user_frames(r.get("traceback") or "")
             if tb:
-                lines += ["  " + ln for ln in tb.splitlines()]
+                lines += ["  " + ln for ln in tb]
     if res.silent_ranks:
         lines.append(f"no result from {res.describe_silence()} (it died or was stopped: see the captured output)")
     return "\n".join(lines)
+
+
+def _user_frames(tb: str) -> list[str]:
+    """A rank's traceback without the frames of the doctor's worker (the user's code starts below them)."""
+    from .launcher import WORKERS
+
+    workers = str(WORKERS)
+    out, skipping = [], False
+    for line in tb.rstrip().splitlines():
+        if line.startswith("  File "):
+            skipping = workers in line or "/mgft_doctor/probes/workers/" in line
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return out
 
 
 def kill_marked(mark: str) -> int:
