@@ -22,7 +22,7 @@ EXCEPTION_LINE = re.compile(
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
 # Exceptions that only wrap or report a failure that happened elsewhere.
 WRAPPER_EXCEPTIONS = re.compile(
-    r"ChildFailedError|SignalException|^subprocess\.CalledProcessError: Command '\[?'?(?:torchrun|deepspeed|accelerate|python\S*', '-m', 'torch\.distributed)"
+    r"ChildFailedError|SignalException|^subprocess\.CalledProcessError: Command '\[?'?(?:torchrun|deepspeed|accelerate|ninja|python\S*', '-m', 'torch\.distributed)"
 )
 _ROOT_CAUSE_HEADER = re.compile(r"Root Cause \(first observed failure\)")
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
