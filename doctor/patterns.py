@@ -25,34 +25,6 @@ def collapse(text: str) -> str:
     return text.lower().translate(_DIGITS)
 
 
-def _literal_runs(seq) -> list[str]:
-    runs, cur = [], []
-    for op, av in seq:
-        if op is sre_constants.LITERAL:
-            cur.append(chr(av))
-            continue
-        if op is sre_constants.SUBPATTERN:
-            sub = av[-1]
-            if not any(o is sre_constants.BRANCH for o, _ in sub):
-                inner = _literal_runs(sub)
-                # a group made only of literals continues the run
-                if len(inner) == 1 and all(o is sre_constants.LITERAL for o, _ in sub):
-                    cur.append(inner[0])
-                    continue
-                runs.extend(inner)
-        if op is sre_constants.MAX_REPEAT or op is sre_constants.MIN_REPEAT:
-            lo, _hi, sub = av
-            if lo >= 1:
-                if cur:
-                    runs.append("".join(cur))
-                    cur = []
-                runs.extend(_literal_runs(sub))
-        runs.append("".join(cur))
-        cur = []
-    runs.append("".join(cur))
-    return [r for r in runs if r]
-
-
 def parse_standard(source: str):
     """The standard engine's parse tree, or None for syntax only the `regex` module knows."""
     try:
@@ -61,39 +33,64 @@ def parse_standard(source: str):
         return None
 
 
+MIN_LITERAL = 2
+
+
+def _best(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The more selective of two any-of literal sets: longer shortest member, then fewer members."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    ka = (min(map(len, a)), -len(a))
+    kb = (min(map(len, b)), -len(b))
+    return a if ka >= kb else b
+
+
+def _seq_literals(items) -> tuple[str, ...] | None:
+    """Best any-of set of literals for a sequence: one of them occurs in every match."""
+    best: tuple[str, ...] | None = None
+    run: list[str] = []
+
+    def flush():
+        nonlocal best, run
+        if run:
+            best = _best(best, ("".join(run),))
+            run = []
+
+    for op, av in items:
+        if op is sre_constants.LITERAL:
+            run.append(chr(av))
+            continue
+        if op is sre_constants.SUBPATTERN:
+            sub = list(av[-1])
+            if sub and all(o is sre_constants.LITERAL for o, _ in sub):
+                run.extend(chr(v) for _, v in sub)  # a group of plain literals continues the run
+                continue
+            flush()
+            best = _best(best, _seq_literals(sub))
+            continue
+        flush()
+        if op is sre_constants.BRANCH:
+            alternatives = [_seq_literals(list(branch)) for branch in av[1]]
+            if all(alternatives):
+                best = _best(best, tuple(dict.fromkeys(x for alt in alternatives for x in alt)))
+        elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and av[0] >= 1:
+            best = _best(best, _seq_literals(list(av[2])))
+    flush()
+    if best is not None and min(map(len, best)) < MIN_LITERAL:
+        return None
+    return best
+
+
 def required_literals(source: str, tree=None) -> tuple[str, ...] | None:
     """Literals of which at least one is in every line the pattern can match (collapsed form),
     or None when no useful literal can be read off the pattern."""
     tree = tree if tree is not None else parse_standard(source)
     if tree is None:
         return None
-    items = list(tree)
-    if len(items) == 1 and items[0][0] is sre_constants.BRANCH:
-        alternatives = []
-        for branch in items[0][1][1]:
-            runs = _literal_runs(branch)
-            best = max(runs, key=len, default="")
-            if len(best) < 3:
-                return None
-            alternatives.append(collapse(best))
-        return tuple(alternatives)
-    if len(items) == 1 and items[0][0] is sre_constants.SUBPATTERN:
-        return required_literals_from_tree(items[0][1][-1])
-    return required_literals_from_tree(items)
-
-
-def required_literals_from_tree(items) -> tuple[str, ...] | None:
-    items = list(items)
-    if len(items) == 1 and items[0][0] is sre_constants.BRANCH:
-        alternatives = []
-        for branch in items[0][1][1]:
-            best = max(_literal_runs(branch), key=len, default="")
-            if len(best) < 3:
-                return None
-            alternatives.append(collapse(best))
-        return tuple(alternatives)
-    best = max(_literal_runs(items), key=len, default="")
-    return (collapse(best),) if len(best) >= 3 else None
+    found = _seq_literals(list(tree))
+    return tuple(dict.fromkeys(collapse(x) for x in found)) if found else None
 
 
 @dataclass

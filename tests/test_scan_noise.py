@@ -1,0 +1,40 @@
+"""A long healthy run is mostly progress and step logs: the trigger words of the scanner and
+of every catalog entry must leave nearly all of those lines unread (that is what keeps explain
+fast on a 1 GB log), and must never make a healthy log a failure."""
+
+import random
+
+from mgft_doctor.catalog import load_catalog
+from mgft_doctor.explain import _triggers, explain_text
+from mgft_doctor.scanner import scan
+from mgft_doctor.explain import LogSource
+import io
+
+
+def training_noise(steps=3000, seed=1):
+    rnd = random.Random(seed)
+    out = []
+    for step in range(1, steps + 1):
+        r = step % 8
+        out += [
+            f"[rank{r}]: {{'loss': {rnd.random() * 2:.4f}, 'grad_norm': {rnd.random():.4f}, 'learning_rate': 1.9e-05, 'epoch': {step / 1e4:.4f}}}",
+            f" {step % 100:3d}%|#####     | {step}/20000 [01:53<7:01:44,  2.26s/it]",
+            f"[2025-01-07 10:14:{step % 60:02d},062] [INFO] [logging.py:128:log_dist] [Rank {r}] step={step}, skipped=0, lr=[1.9e-05], mom=[(0.9, 0.999)]",
+            f"[2025-01-07 10:14:{step % 60:02d},063] [INFO] [timer.py:264:stop] epoch=0/micro_step={step}/global_step={step // 8}, "
+            f"RunningAvgSamplesPerSec=31.4, CurrSamplesPerSec=30.9, MemAllocated=11.2GB, MaxMemAllocated=19.8GB",
+            f"[INFO|trainer.py:3801] 2025-01-07 10:14:09,980 >> Saving model checkpoint to saves/qwen/checkpoint-{step}"
+            if step % 500 == 0 else f"Map (num_proc=16): {step % 100}%|####      | {step}/20000 [00:01<00:09, 2100.00 examples/s]",
+        ]
+    return "\n".join(out) + "\n"
+
+
+def test_noise_lines_stay_unread_and_healthy():
+    text = training_noise()
+    entries = load_catalog()
+    source = LogSource("<noise>", io.BufferedReader(io.BytesIO(text.encode())), "utf-8")
+    salient = list(scan(source, _triggers(entries)))
+    total = text.count("\n")
+    assert len(salient) < 0.02 * total, f"{len(salient)} of {total} noise lines read: " + \
+        "; ".join(sorted({ln.text[:60] for ln in salient})[:5])
+    report = explain_text(text, entries)
+    assert not report.failure and report.diagnoses == []
