@@ -157,6 +157,8 @@ def _user_frames(tb: str) -> list[str]:
 
 def kill_marked(mark: str) -> int:
     """TERM, then KILL, this user's processes whose environment carries MARK_VAR=mark."""
+    from .launcher import _alive
+
     needle = f"{MARK_VAR}={mark}".encode()
 
     def find() -> list[int]:
@@ -183,8 +185,6 @@ def kill_marked(mark: str) -> int:
                 pass
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
-            from .launcher import _alive
-
             if not any(_alive(p) for p in pids):
                 return len(pids)
             time.sleep(0.05)
