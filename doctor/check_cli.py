@@ -36,7 +36,7 @@ def add_check_arguments(p) -> None:
                    help="run only these probe ids or families (repeatable, comma-separated): --only nccl")
     p.add_argument("--skip", action="append", default=[], metavar="ID", help="skip these probe ids or families")
     p.add_argument("--nproc", type=int, default=None, help="ranks per node for multi-rank probes (default: visible GPUs, at least 2)")
-    p.add_argument("--timeout", type=float, default=180.0, help="time limit in seconds for each multi-rank run or build (default 180)")
+    p.add_argument("--timeout", type=float, default=300.0, help="time limit in seconds for each multi-rank run or build (default 300)")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit code 1)")
     p.add_argument("--python", default=sys.executable, help="the Python of the training environment (default: this one)")
     p.add_argument("--nnodes", type=int, default=None, help="nodes in the run (default $NNODES or 1)")

@@ -19,7 +19,7 @@ FACTS_TIMEOUT_S = 90
 @dataclass
 class Options:
     nproc: int | None = None  # ranks for the multi-rank probes; default: visible GPUs, at least 2
-    timeout: float = 180.0  # hard limit for each multi-rank run or build, seconds
+    timeout: float = 300.0  # hard limit for each multi-rank run or build, seconds
     python: str = sys.executable  # the Python environment under examination
     nnodes: int = 1
     node_rank: int = 0

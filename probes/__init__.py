@@ -12,6 +12,9 @@ MODULES = (
     "nccl_shm",
     "nccl_p2p",
     "nccl_allreduce",
+    "deepspeed_install",
+    "deepspeed_ops",
+    "versions_compat",
     "config_deepspeed",
     "config_memory",
 )

@@ -29,3 +29,11 @@ def test_near_miss_is_not_diagnosed_as_its_code(code, index, excerpt):
 def test_catalog_has_no_duplicate_titles():
     titles = [e.title.lower() for e in ENTRIES]
     assert len(titles) == len(set(titles))
+
+
+def test_every_probe_code_is_in_the_catalog():
+    from mgft_doctor.probes import _codes
+
+    known = {e.code for e in ENTRIES}
+    used = {k: v for k, v in vars(_codes).items() if k.isupper()}
+    assert used and all(v in known for v in used.values()), {k: v for k, v in used.items() if v not in known}

@@ -1,0 +1,231 @@
+"""deepspeed.ops: a real JIT build and load of the DeepSpeed ops the run needs (fused Adam on
+GPUs; CPU Adam when offloading the optimizer, and on the CPU accelerator; async_io when
+offloading to NVMe), each run once on a tiny tensor. ds_report calls ops "compatible" that then
+fail to build; this builds them, in the doctor's own cache, under the time limit. A failed build
+reports the compiler's own error line and the catalog code that `explain` gives the build log."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import time
+
+from mgft_doctor.context import Context
+from mgft_doctor.launch_findings import _explain_log
+from mgft_doctor.launcher import worker_script
+from mgft_doctor.probe import Finding, Probe, Status, result
+
+from . import _codes
+from ._subproc import ScriptRun, run_script
+
+ID, TITLE = "deepspeed.ops", "DeepSpeed ops: real JIT build"
+# The compiler's own diagnostics first (gcc/clang/nvcc/ld), then ninja's summary of the failed step.
+_COMPILER_LINE = re.compile(r"(?:fatal error|\berror:|nvcc fatal|cannot find -l\S+|undefined symbol|undefined reference)")
+_NINJA_LINE = re.compile(r"^FAILED:")
+_GENERIC_FIX = ("Read the compiler line above (`mgft-doctor -v` shows the whole build log). The usual causes: no "
+                "C++ compiler or one nvcc does not support, missing Python headers (python3-dev), a CUDA toolkit "
+                "whose major version differs from torch's, missing CUDA libraries (libcurand) under CUDA_HOME.")
+
+
+def needed_ops(run_config, gpu: bool) -> list[tuple[str, str]]:
+    """The ops a DeepSpeed run on this machine will build, each with the reason."""
+    ops: list[tuple[str, str]] = []
+    if gpu:
+        ops.append(("fused_adam", "DeepSpeed's Adam on GPUs (an optimizer in the DeepSpeed config); proves the CUDA toolchain"))
+    else:
+        ops.append(("cpu_adam", "DeepSpeed's Adam on the CPU accelerator (no GPU: DS_ACCELERATOR=cpu)"))
+    if run_config is not None:
+        opt_dev = run_config.offload_device("offload_optimizer")
+        if gpu and opt_dev in ("cpu", "nvme"):
+            ops.append(("cpu_adam", f"offload_optimizer to {opt_dev}: the optimizer steps on the CPU with DeepSpeedCPUAdam"))
+        if "nvme" in run_config.offload:
+            ops.append(("async_io", "offload to NVMe: DeepSpeed swaps tensors through libaio"))
+    return ops
+
+
+def key_error_line(text: str) -> str | None:
+    """The line a person needs from a build log: the compiler's first error, else ninja's FAILED step."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    for pattern in (_COMPILER_LINE, _NINJA_LINE):
+        for ln in lines:
+            if pattern.search(ln):
+                return ln[:400]
+    return None
+
+
+def _fix_for(line: str, op: str) -> str:
+    low = line.lower()
+    if "python.h" in low:
+        return "Install Python's headers for this interpreter (apt install python3-dev / python3.X-dev), or use a conda or pyenv Python, which ships them."
+    if "cannot find -l" in low or "curand" in low or "cudart" in low:
+        return ("The CUDA libraries the op links against are missing: install the full CUDA toolkit matching torch "
+                "(not only the runtime) and set CUDA_HOME to it, or add its lib64 folder to LIBRARY_PATH.")
+    if "unsupported gnu version" in low or "unsupported clang version" in low:
+        return "Your gcc is newer than this nvcc supports: point CC/CXX at a supported gcc (e.g. CXX=g++-11) or install a newer CUDA toolkit."
+    if "not found" in low and ("c++" in low or "g++" in low or "/bin/sh" in low):
+        return "No working C++ compiler: install g++ (apt install build-essential / conda install gxx_linux-64) or set CXX to one."
+    return _GENERIC_FIX
+
+
+def _where(traceback_text: str) -> str | None:
+    """'builder.py:712 in compute_capability_args': the innermost frame of a Python traceback."""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', traceback_text or "")
+    if not frames:
+        return None
+    path, line, func = frames[-1]
+    return f"{os.path.basename(path)}:{line} in {func}"
+
+
+def _build_failure(op: str, run: ScriptRun, data: dict) -> Finding:
+    text = "\n".join((run.log, data.get("error") or "", data.get("traceback") or ""))
+    line = key_error_line(run.log + "\n" + (data.get("error") or ""))
+    if line is None:  # no compiler ran: DeepSpeed's builder itself raised before or around the build
+        where = _where(data.get("traceback") or "")
+        line = f"{data.get('error_type')}: {(data.get('error') or '').strip()[:300]}" + (f" (at {where})" if where else "")
+    arch = data.get("torch_cuda_arch_list")
+    if arch and "compute_capability" in (data.get("traceback") or ""):
+        return Finding(_codes.OP_BUILD_FAILED,
+                       f"{op} failed to build: DeepSpeed {data.get('deepspeed', '')} cannot use TORCH_CUDA_ARCH_LIST={arch!r}: {line}",
+                       "Give DeepSpeed plain X.Y[+PTX] entries for the build (e.g. TORCH_CUDA_ARCH_LIST=\"9.0\" for H100/H200; "
+                       "suffixed archs such as 9.0a are not parsed), or unset it so DeepSpeed reads the GPU's own capability.")
+    report = _explain_log(text) if text.strip() else None
+    if report is not None and report.diagnoses:
+        d = report.diagnoses[0]
+        return Finding(d.code, f"{op} failed to build: {line}", d.fixes[0] if d.fixes else _fix_for(line, op))
+    return Finding(_codes.OP_BUILD_FAILED, f"{op} failed to build: {line}", _fix_for(line, op))
+
+
+def _incompatible(op: str, run: ScriptRun, data: dict) -> Finding:
+    reasons = [ln.strip() for ln in run.log.splitlines()
+               if "WARNING" in ln and "accelerator" not in ln and "No CUDA runtime" not in ln]
+    why = reasons[0] if reasons else (data.get("error_log") or data.get("error") or "")
+    if op == "async_io":
+        fix = ("Install libaio with its headers (apt install libaio-dev, or conda install -c conda-forge libaio and set "
+               "CFLAGS/LDFLAGS to its include/lib), then rerun; or offload to cpu instead of nvme.")
+    else:
+        fix = _GENERIC_FIX
+    code = _codes.AIO_MISSING if op == "async_io" else _codes.OP_BUILD_FAILED
+    return Finding(code, f"{op} cannot be built here: DeepSpeed's builder says it is not compatible"
+                   + (f" ({why[:300]})" if why else ""), fix)
+
+
+def run(ctx: Context):
+    o = ctx.options
+    facts = ctx.facts.raw
+    if "torch" not in facts:
+        return result(ID, TITLE, "skipped: torch is not importable in the examined Python (see gpu.visible)",
+                      status=Status.SKIP)
+    gpu = ctx.facts.gpu_count > 0
+    ops = []
+    for name, why in needed_ops(ctx.run_config, gpu):
+        if name not in [n for n, _ in ops]:
+            ops.append((name, why))
+    cache_root = os.path.join(o.cache_dir, "torch_extensions")
+    os.makedirs(cache_root, exist_ok=True)
+    deadline = time.monotonic() + o.timeout
+    findings: list[Finding] = []
+    where = f"run config {o.config or o.deepspeed}" if ctx.run_config is not None else "no run config"
+    details = [f"ops this run needs ({'GPU' if gpu else 'CPU accelerator'}, {where}):"]
+    details += [f"  {n}: {why}" for n, why in ops]
+    metrics: dict = {"ops": {}}
+    done: list[tuple[str, str]] = []
+    for name, _ in ops:
+        left = deadline - time.monotonic()
+        if left < 5:
+            findings.append(Finding(_codes.OP_BUILD_HANG, f"{name} was not built: the time limit ({o.timeout:.0f} s) "
+                                    "was spent on the ops before it", "Rerun with a larger --timeout (a first build takes a minute or more)."))
+            continue
+        args = {"op": name, "cache_root": cache_root, "workdir": os.path.join(o.cache_dir, "aio-probe")}
+        if name == "async_io":
+            os.makedirs(args["workdir"], exist_ok=True)
+        run_ = run_script(o.python, worker_script("ds_ops"), args, timeout=left)
+        data = run_.payload or {}
+        m = {"wall_s": round(run_.wall_s, 2)}
+        metrics["ops"][name] = m
+        if data.get("ext_dir"):
+            metrics["cache_dir"] = data["ext_dir"]
+        details.append(f"{name}: {' → '.join(run_.phases) or 'no phase reached'}, {run_.wall_s:.1f} s, exit code {run_.returncode}")
+        if run_.timed_out:
+            at = run_.phases[-1] if run_.phases else "start"
+            _clear_locks(cache_root, name)
+            findings.append(Finding(_codes.OP_BUILD_HANG,
+                                    f"{name}: no result within {run_.wall_s:.0f} s (stopped at '{at}'); the build was killed",
+                                    "A first build takes about a minute on a few cores: rerun with a larger --timeout. "
+                                    "A build that never ends waits on a `lock` left in a torch_extensions folder by a killed "
+                                    "build (torch < 2.14): delete it."))
+            details += _log_tail(run_.log)
+            continue
+        if not run_.payload:
+            report = _explain_log(run_.log) if run_.log.strip() else None
+            code = report.diagnoses[0].code if report is not None and report.diagnoses else _codes.OP_BUILD_FAILED
+            line = key_error_line(run_.log) or (run_.log.strip().splitlines() or ["no output"])[-1]
+            findings.append(Finding(code, f"{name}: the build process died (exit code {run_.returncode}) without a result: {line[:300]}",
+                                    _fix_for(line, name)))
+            details += _log_tail(run_.log)
+            continue
+        stage = data.get("stage")
+        if stage in ("import", "builder"):
+            findings.append(Finding(_codes.DS_IMPORT_FAILED, f"{name}: DeepSpeed could not be loaded to build it: "
+                                    f"{data.get('error_type')}: {(data.get('error') or '')[:300]}",
+                                    "See deepspeed.install: DeepSpeed must import in this environment first."))
+            continue
+        if stage == "is_compatible":
+            findings.append(_incompatible(name, run_, data))
+            details += _log_tail(run_.log, 8)
+            continue
+        m.update(build_s=data.get("build_s"), cached=data.get("cached"), prebuilt=data.get("prebuilt"))
+        if stage == "build":
+            findings.append(_build_failure(name, run_, data))
+            details += _log_tail(run_.log)
+            if data.get("traceback"):
+                details += ["traceback (tail):", *("  " + ln[:300] for ln in data["traceback"].strip().splitlines()[-8:])]
+            continue
+        how = "pre-built" if data.get("prebuilt") else ("cached build" if data.get("cached") else "fresh build")
+        details.append(f"  {how}: {data.get('module_file')}, load {data.get('build_s')} s")
+        if stage == "run":
+            ran = data.get("ran") or {}
+            sev = Status.WARN if name == "async_io" else Status.FAIL
+            findings.append(Finding(_codes.OP_BUILD_FAILED,
+                                    f"{name} built and loaded, but running it failed: {data.get('error_type')}: "
+                                    f"{(data.get('error') or '')[:300]}",
+                                    "For async_io: the folder must be on a filesystem with O_DIRECT (not tmpfs); otherwise "
+                                    "rebuild the op (delete the cache folder) and check the driver."
+                                    if name == "async_io" else
+                                    "The op loads but computes wrongly or crashes: delete the torch_extensions cache and rebuild; "
+                                    "check that torch, DeepSpeed and the compiler match.", sev))
+            m["ran"] = False
+            details.append(f"  run: {ran.get('what', '')}")
+            continue
+        ran = data.get("ran") or {}
+        m.update(ran=not ran.get("skipped", False), run_s=data.get("run_s"))
+        details.append(f"  ran: {ran.get('what')}" + (f" → {ran.get('values')}" if ran.get("values") else ""))
+        done.append((name, f"{name} ({how}, {data.get('build_s', 0):.1f} s)"))
+    metrics["wall_s"] = round(sum(v.get("wall_s", 0) for v in metrics["ops"].values()), 2)
+    if metrics.get("cache_dir"):
+        details.append(f"cache: {metrics['cache_dir']}")
+    ran_ok = ", ".join(text for _, text in done)
+    if findings:
+        failed = [n for n, _ in ops if n not in {name for name, _ in done}]
+        summary = f"{', '.join(failed)} did not build and run" + (f"; built and ran {ran_ok}" if done else "")
+    else:
+        summary = f"built, loaded and ran {ran_ok}"
+    return result(ID, TITLE, summary, findings, metrics, details)
+
+
+def _clear_locks(cache_root: str, op: str) -> None:
+    """A build killed at the time limit may leave torch's `lock` file (torch < 2.14 waits on its mere
+    existence); only the doctor's own cache is touched."""
+    for lock in glob.glob(os.path.join(cache_root, "*", op, "lock")):
+        try:
+            os.remove(lock)
+        except OSError:
+            pass
+
+
+def _log_tail(log: str, n: int = 25) -> list[str]:
+    lines = [ln for ln in log.strip().splitlines() if ln.strip()][-n:]
+    return ["build log (tail):", *("  " + ln[:300] for ln in lines)] if lines else []
+
+
+PROBE = Probe(ID, TITLE, run, needs=("deepspeed.install",), slow=True)

@@ -1,0 +1,176 @@
+"""Build (JIT) and load one DeepSpeed op with its own op builder, then run it once on a tiny
+tensor to prove it works. A plain script in the examined Python (it imports nothing of
+mgft-doctor). The build goes to the doctor's own cache: TORCH_EXTENSIONS_DIR =
+<cache_root>/<python+torch+deepspeed+accelerator tag>, never the user's. Prints where it is
+(PHASE lines, so a time-out can say what hung) and one JSON object after MARK."""
+
+import json
+import os
+import sys
+import time
+import traceback
+
+MARK = "MGFT-DOCTOR-RESULT "
+PHASE = "MGFT-DOCTOR-PHASE "
+BUILDERS = {"cpu_adam": "CPUAdamBuilder", "fused_adam": "FusedAdamBuilder", "async_io": "AsyncIOBuilder"}
+
+
+def phase(name):
+    print(PHASE + name, flush=True)
+
+
+def emit(out):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    print(MARK + json.dumps(out, default=str), flush=True)
+
+
+def error_text(exc):
+    return {"error_type": type(exc).__name__, "error": str(exc)[:20000], "traceback": traceback.format_exc()[-8000:]}
+
+
+def adam_ran(param, lr):
+    """After one Adam step from 1.0 with a constant gradient, every element is 1 - lr."""
+    got = [float(x) for x in param.detach().float().cpu().tolist()]
+    return all(abs(x - (1.0 - lr)) < 1e-3 for x in got), got[:4]
+
+
+def run_cpu_adam(torch, workdir):
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    p = torch.nn.Parameter(torch.ones(16))
+    p.grad = torch.full((16,), 0.5)
+    DeepSpeedCPUAdam([p], lr=0.1, weight_decay=0.0).step()
+    ok, sample = adam_ran(p, 0.1)
+    return {"ok": ok, "what": "DeepSpeedCPUAdam.step() on a 16-element CPU parameter", "values": sample}
+
+
+def run_fused_adam(torch, workdir):
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator()._name != "cuda":
+        return {"ok": True, "what": "not run: FusedAdam's test step needs a GPU", "skipped": True}
+    from deepspeed.ops.adam import FusedAdam
+
+    p = torch.nn.Parameter(torch.ones(16, device="cuda"))
+    p.grad = torch.full_like(p, 0.5)
+    FusedAdam([p], lr=0.1, weight_decay=0.0).step()
+    torch.cuda.synchronize()
+    ok, sample = adam_ran(p, 0.1)
+    return {"ok": ok, "what": "FusedAdam.step() on a 16-element cuda:0 parameter", "values": sample}
+
+
+def run_async_io(torch, workdir, module):
+    # O_DIRECT write and read back of 1 MiB through DeepSpeed's aio handle, in the doctor's cache.
+    handle = module.aio_handle(1 << 20, 8, False, False, 1)
+    n = 1 << 20
+    buf = handle.new_cpu_locked_tensor(n, torch.empty(0, dtype=torch.uint8))
+    try:
+        buf.copy_(torch.arange(n, dtype=torch.int64).remainder(251).to(torch.uint8))
+        path = os.path.join(workdir, f"aio-probe-{os.getpid()}.bin")
+        try:
+            wrote = handle.sync_pwrite(buf, path)
+            expect = buf.clone()
+            buf.zero_()
+            read = handle.sync_pread(buf, path)
+            ok = bool(torch.equal(buf, expect))
+        finally:
+            if os.path.exists(path):
+                os.remove(path)
+    finally:
+        handle.free_cpu_locked_tensor(buf)
+    return {"ok": ok, "what": f"aio_handle sync_pwrite + sync_pread of 1 MiB in {workdir}",
+            "write_ops": wrote, "read_ops": read}
+
+
+def main():
+    args = json.loads(sys.argv[sys.argv.index("--args") + 1])
+    op = args["op"]
+    out = {"op": op}
+    phase("import")
+    t0 = time.perf_counter()
+    try:
+        import deepspeed
+        import torch
+        from deepspeed.accelerator import get_accelerator
+
+        accelerator = get_accelerator()._name
+    except Exception as exc:  # noqa: BLE001
+        out.update(stage="import", **error_text(exc))
+        emit(out)
+        return
+    out["import_s"] = round(time.perf_counter() - t0, 2)
+    tag = (f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__.replace('+', '_')}"
+           f"_ds{deepspeed.__version__.replace('+', '_')}_{accelerator}")
+    ext_dir = os.path.join(args["cache_root"], tag)
+    os.makedirs(ext_dir, exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
+    out.update(accelerator=accelerator, torch=torch.__version__, torch_cuda=torch.version.cuda,
+               deepspeed=deepspeed.__version__, ext_dir=ext_dir,
+               torch_cuda_arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST"))
+    try:
+        from deepspeed.ops import op_builder
+
+        builder = getattr(op_builder, BUILDERS[op])()
+    except Exception as exc:  # noqa: BLE001
+        out.update(stage="builder", **error_text(exc))
+        emit(out)
+        return
+    out["builder"] = f"{type(builder).__module__}.{type(builder).__name__}"
+    phase("is_compatible")
+    try:
+        compatible = bool(builder.is_compatible(verbose=True))
+    except Exception as exc:  # noqa: BLE001
+        out.update(stage="is_compatible", **error_text(exc))
+        emit(out)
+        return
+    out["compatible"] = compatible
+    if not compatible:
+        out.update(stage="is_compatible", error_type="NotCompatible",
+                   error=f"DeepSpeed's {type(builder).__name__}.is_compatible() is False on this machine",
+                   error_log=str(getattr(builder, "error_log", "") or ""))
+        emit(out)
+        return
+    try:
+        from deepspeed.git_version_info import accelerator_name, installed_ops
+
+        prebuilt = bool(installed_ops.get(builder.name)) and accelerator_name == accelerator
+    except Exception:  # noqa: BLE001
+        prebuilt = False
+    out["prebuilt"] = prebuilt
+    so = os.path.join(ext_dir, builder.name, builder.name + ".so")
+    before = os.path.getmtime(so) if os.path.exists(so) else None
+    phase("build")
+    t0 = time.perf_counter()
+    try:
+        module = builder.load(verbose=True)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from a failing build is a failure too
+        out.update(stage="build", build_s=round(time.perf_counter() - t0, 2), **error_text(exc))
+        emit(out)
+        return
+    out["build_s"] = round(time.perf_counter() - t0, 2)
+    after = os.path.getmtime(so) if os.path.exists(so) else None
+    out["cached"] = (not prebuilt) and before is not None and after == before
+    out["module_file"] = getattr(module, "__file__", None)
+    phase("run")
+    t0 = time.perf_counter()
+    try:
+        if op == "cpu_adam":
+            ran = run_cpu_adam(torch, ext_dir)
+        elif op == "fused_adam":
+            ran = run_fused_adam(torch, ext_dir)
+        else:
+            ran = run_async_io(torch, args.get("workdir") or ext_dir, module)
+    except BaseException as exc:  # noqa: BLE001
+        out.update(stage="run", run_s=round(time.perf_counter() - t0, 2), **error_text(exc))
+        emit(out)
+        return
+    out["run_s"] = round(time.perf_counter() - t0, 3)
+    out["ran"] = ran
+    if not ran.get("ok"):
+        out.update(stage="run", error_type="WrongResult", error=f"{ran.get('what')}: unexpected values {ran.get('values')}")
+    emit(out)
+
+
+if __name__ == "__main__":
+    main()

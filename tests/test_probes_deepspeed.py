@@ -1,0 +1,194 @@
+"""deepspeed.install and deepspeed.ops, for real: the probes examine this environment (torch,
+DeepSpeed 0.19, no GPU: the CPU accelerator) and environments made broken for real (a bare venv
+without DeepSpeed, a bogus CUDA_HOME, a compiler that cannot find a header, a time limit too
+short for a build). deepspeed.ops really JIT-builds cpu_adam, once per session, in a cache of
+the session's own."""
+
+import os
+import sys
+import time
+import venv
+
+import pytest
+from mgft_doctor.catalog import find_entry, load_catalog
+from mgft_doctor.context import Context, Options
+from mgft_doctor.probe import Status
+from mgft_doctor.probes import _codes, deepspeed_install, deepspeed_ops
+from mgft_doctor.runner import run_probe
+
+BIN = os.path.dirname(sys.executable)
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return Context(Options()).facts.gpu_count > 0
+
+
+@pytest.fixture(autouse=True)
+def activated_env(monkeypatch):
+    """What `source .venv/bin/activate` does: the environment's bin folder (its ninja) on PATH."""
+    monkeypatch.setenv("PATH", BIN + os.pathsep + os.environ.get("PATH", ""))
+    for var in ("CUDA_HOME", "CUDA_PATH", "DS_ACCELERATOR", "CXX", "CPLUS_INCLUDE_PATH", "TORCH_EXTENSIONS_DIR"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(scope="session")
+def ds_cache(tmp_path_factory):
+    """The doctor's cache for this session: cpu_adam is built into it once."""
+    return str(tmp_path_factory.mktemp("mgft-doctor-cache"))
+
+
+def probe(module, python=sys.executable, cache_dir=None, timeout=600.0, config=None):
+    ctx = Context(Options(python=python, timeout=timeout, cache_dir=cache_dir or os.path.expanduser("~/.cache/mgft-doctor"),
+                          config=config))
+    return run_probe(module.PROBE, ctx)
+
+
+def workers_left(folder):
+    """Processes still working in (ninja, the compilers: their cwd) or on (the worker: its args) this cache."""
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if cwd.startswith(folder) or folder in args:
+            left.append(f"{pid}: {args[:200]}")
+    return left
+
+
+def test_every_probe_code_is_a_catalog_page():
+    have = {e.code: e for e in load_catalog()}
+    missing = {k: v for k, v in vars(_codes).items() if k.isupper() and v not in have}
+    assert not missing, missing
+    for name in ("DS_MISSING", "CUDA_TOOLKIT_MISSING", "NVCC_MISMATCH", "NINJA_MISSING", "OP_BUILD_FAILED"):
+        assert have[getattr(_codes, name)].area in ("ds-build", "versions"), name
+
+
+# deepspeed.install ------------------------------------------------------------------------
+
+def test_install_passes_here_with_the_cpu_accelerator(gpu):
+    r = probe(deepspeed_install)
+    assert r.status is Status.PASS, (r.summary, r.findings, r.details)
+    assert r.metrics["accelerator"] == ("cuda" if gpu else "cpu")
+    assert r.metrics["deepspeed"].startswith("0.")
+    text = "\n".join(r.details)
+    if not gpu:
+        assert "nvcc checks skipped: no GPU" in text
+        assert "JIT-built here: cpu_adam" in text  # the op the CPU accelerator builds
+    assert "deepspeed" in r.summary and f"accelerator {r.metrics['accelerator']}" in r.summary
+
+
+def test_install_without_deepspeed_is_a_finding_not_a_crash(tmp_path):
+    env = tmp_path / "bare"
+    venv.create(env, with_pip=False)  # no torch, no deepspeed
+    r = probe(deepspeed_install, python=str(env / "bin" / "python"))
+    assert r.status is Status.FAIL, (r.summary, r.details)
+    f = r.findings[0]
+    assert f.code == _codes.DS_MISSING
+    assert "not installed" in f.message and "torch is missing too" in f.message
+    assert "pip install deepspeed" in f.fix
+
+
+@pytest.mark.parametrize("value", ["{tmp}/no-such-cuda-12.4", "/usr/local/cuda-12.4:/usr/local/cuda"])
+def test_install_fails_on_a_bogus_cuda_home(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("CUDA_HOME", value.format(tmp=tmp_path))
+    r = probe(deepspeed_install)
+    assert r.status is Status.FAIL, (r.summary, r.details)
+    bad = [f for f in r.findings if f.code == _codes.CUDA_TOOLKIT_MISSING]
+    assert bad and "CUDA_HOME=" in bad[0].message, r.findings
+    assert ("does not exist" in bad[0].message) or ("list of paths" in bad[0].message)
+
+
+def test_install_fails_when_deepspeed_is_forced_onto_cuda_without_a_gpu(monkeypatch, gpu):
+    if gpu:
+        pytest.skip("this machine has a GPU")
+    monkeypatch.setenv("DS_ACCELERATOR", "cuda")
+    r = probe(deepspeed_install)
+    assert r.status is Status.FAIL
+    assert [f.code for f in r.findings] == [_codes.CPU_ONLY_TORCH]
+    assert "DS_ACCELERATOR=cuda" in r.findings[0].message
+
+
+# deepspeed.ops --------------------------------------------------------------------------------
+
+def test_key_error_line_prefers_the_compiler_over_ninja():
+    log = ("[1/3] c++ -c cpu_adam.cpp -o cpu_adam.o\nFAILED: cpu_adam.o\nIn file included from x.h:1,\n"
+           "/usr/include/pybind11/detail/common.h:266:10: fatal error: Python.h: No such file or directory\n"
+           "RuntimeError: Error building extension 'cpu_adam'\n")
+    assert deepspeed_ops.key_error_line(log).endswith("fatal error: Python.h: No such file or directory")
+    assert deepspeed_ops.key_error_line("[1/2] /bin/false -c a.cpp\nFAILED: [code=1] a.o\nninja: build stopped") \
+        == "FAILED: [code=1] a.o"
+    assert deepspeed_ops.key_error_line("RuntimeError: Error building extension 'x'") is None
+
+
+def test_needed_ops_follow_the_run_config(tmp_path):
+    from mgft_doctor.runconfig import load_run_config
+
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}}')
+    rc = load_run_config(str(ds))
+    assert [n for n, _ in deepspeed_ops.needed_ops(None, gpu=True)] == ["fused_adam"]
+    assert [n for n, _ in deepspeed_ops.needed_ops(None, gpu=False)] == ["cpu_adam"]
+    assert [n for n, _ in deepspeed_ops.needed_ops(rc, gpu=True)] == ["fused_adam", "cpu_adam", "async_io"]
+
+
+@pytest.mark.slow
+def test_ops_really_builds_loads_and_runs_its_adam(ds_cache, gpu):
+    op = "fused_adam" if gpu else "cpu_adam"  # what DeepSpeed builds on this machine
+    t0 = time.monotonic()
+    first = probe(deepspeed_ops, cache_dir=ds_cache)
+    took_first = time.monotonic() - t0
+    assert first.status is Status.PASS, (first.summary, first.findings, first.details[-30:])
+    m = first.metrics["ops"][op]
+    assert m["ran"] is True and m["prebuilt"] is False
+    assert first.metrics["cache_dir"].startswith(os.path.join(ds_cache, "torch_extensions"))
+    assert any("Adam.step()" in d and "0.8999" in d for d in first.details)  # 1 - lr after one step
+    t0 = time.monotonic()
+    again = probe(deepspeed_ops, cache_dir=ds_cache)
+    took_again = time.monotonic() - t0
+    assert again.status is Status.PASS
+    assert again.metrics["ops"][op]["cached"] is True
+    assert "cached build" in again.summary
+    print(f"\n{op}: first probe {took_first:.1f} s ({'cached' if m['cached'] else 'fresh build'}, "
+          f"load {m['build_s']} s); cached probe {took_again:.1f} s "
+          f"(load {again.metrics['ops'][op]['build_s']} s)")
+
+
+@pytest.mark.slow
+def test_a_failing_build_reports_the_compiler_line_and_explains_code(tmp_path, monkeypatch):
+    # A broken toolchain for real: system headers shadowed by ones that include a missing file,
+    # so g++ stops with its own "fatal error" line (like the classic missing Python.h).
+    shadow = tmp_path / "broken-include"
+    shadow.mkdir()
+    for header in ("cmath", "cstdint", "cstddef", "type_traits", "memory", "string", "vector"):
+        (shadow / header).write_text("#include <mgft_doctor_missing_header.h>\n")
+    monkeypatch.setenv("CPLUS_INCLUDE_PATH", str(shadow))
+    cache = tmp_path / "cache"  # a fresh cache: nothing to reuse
+    r = probe(deepspeed_ops, cache_dir=str(cache), timeout=300)
+    assert r.status is Status.FAIL, (r.summary, r.details[-20:])
+    f = r.findings[0]
+    assert "failed to build" in f.message
+    assert "fatal error: mgft_doctor_missing_header.h: No such file or directory" in f.message
+    # the code is what `explain` gives the build output: a DeepSpeed build entry of the catalog
+    entry = find_entry(f.code)
+    assert entry is not None and entry.area == "ds-build", f.code
+    assert not workers_left(str(cache))
+
+
+@pytest.mark.slow
+def test_a_build_past_the_time_limit_is_killed_with_its_compilers(tmp_path):
+    cache = tmp_path / "cache"
+    t0 = time.monotonic()
+    r = probe(deepspeed_ops, cache_dir=str(cache), timeout=12)
+    took = time.monotonic() - t0
+    assert r.status is Status.FAIL, (r.summary, r.details)
+    f = r.findings[0]
+    assert f.code == _codes.OP_BUILD_HANG
+    assert "no result within" in f.message and "killed" in f.message
+    assert took < 12 + 25  # the limit fired; the kill is bounded
+    time.sleep(0.5)
+    assert not workers_left(str(cache)), workers_left(str(cache))  # no ninja / cc1plus left behind
+    assert not list(cache.glob("torch_extensions/*/*/lock"))
