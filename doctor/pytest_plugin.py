@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-DEFAULT_TIMEOUT_S = 180.0
+DEFAULT_TIMEOUT_S = 300.0
 STATE_KEY = pytest.StashKey["DoctorState"]()
 PROBES_PLUGIN = "mgft-doctor-probes"
 EXPLAIN_PLUGIN = "mgft-doctor-explain"
@@ -358,7 +358,7 @@ def mgft_ranks(request: pytest.FixtureRequest):
     (torchrun, a fresh temporary folder, this Python); the process group is initialised first
     (NCCL when every local rank has a GPU, gloo otherwise; ``backend="none"`` skips it). Its
     return value must be JSON-serialisable. A rank that raises fails the test with that rank's
-    traceback; a hang ends at the time limit (``--mgft-doctor-timeout``, 180 s) with a failure
+    traceback; a hang ends at the time limit (``--mgft-doctor-timeout``, 300 s) with a failure
     naming the silent ranks, and no process of the run is left behind."""
     from .pytest_ranks import RankRunner
 

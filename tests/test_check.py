@@ -11,14 +11,19 @@ import time
 
 import pytest
 
+from mgft_doctor.launcher import worker_script
 from mgft_doctor.probes import _codes
 
 pytestmark = pytest.mark.slow
 
 
+ALLREDUCE_WORKER = worker_script("allreduce")
+
+
 def leftover_workers():
+    """All-reduce ranks of this checkout still alive after the probe returned."""
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [ln for ln in out.splitlines() if "probes/workers/" in ln and "ps -eo" not in ln]
+    return [ln for ln in out.splitlines() if ALLREDUCE_WORKER in ln]
 
 
 def test_whole_check_on_this_machine(run_check):

@@ -21,6 +21,8 @@ import mgft_doctor.pytest_explain
 import mgft_doctor.pytest_probes
 import mgft_doctor.pytest_ranks
 import pytest
+
+from mgft_doctor.probes._codes import RANK_DIED
 from mgft_doctor.probe import Finding, Probe, Status, result, skipped
 
 # In-process pytester runs drop the modules first imported during the run; the doctor's (and
@@ -274,11 +276,11 @@ def test_failing_real_probe_carries_code_and_fix(pytester, monkeypatch):
     monkeypatch.setenv("MGFT_DOCTOR_INJECT_FAULT", json.dumps({"probe": "nccl.allreduce", "rank": 1, "kind": "die"}))
     res = pytester.runpytest_subprocess("--mgft-doctor", "--mgft-doctor-only=nccl.allreduce", "--junitxml=f.xml")
     res.assert_outcomes(failed=1)
-    res.stdout.fnmatch_lines(["*✗ MGD110 the * all-reduce on 2 ranks failed: rank 1 died with exit code 17*",
+    res.stdout.fnmatch_lines([f"*✗ {RANK_DIED} the * all-reduce on 2 ranks failed: rank 1 died with exit code 17*",
                               "      fix: *"])
     tc = junit(pytester.path / "f.xml")["mgft-doctor::nccl.allreduce"]
-    assert tc.find("failure").get("message").startswith("MGD110 ")
-    assert ("mgft_doctor_code", "MGD110") in props(tc)
+    assert tc.find("failure").get("message").startswith(f"{RANK_DIED} ")
+    assert ("mgft_doctor_code", RANK_DIED) in props(tc)
 
 
 @pytest.mark.slow
@@ -386,7 +388,7 @@ def test_marker_with_a_failing_real_probe(pytester, monkeypatch):
     """)
     res = pytester.runpytest_subprocess("-rs")
     res.assert_outcomes(skipped=1)
-    res.stdout.fnmatch_lines([("SKIPPED * mgft_gpus(0): probe nccl.allreduce failed: MGD110 the * all-reduce on 2 "
+    res.stdout.fnmatch_lines([(f"SKIPPED * mgft_gpus(0): probe nccl.allreduce failed: {RANK_DIED} the * all-reduce on 2 "
                               "ranks failed: rank 1 died*")])
 
 
