@@ -37,6 +37,10 @@ def host_memory_bytes() -> int | None:
     return min(limits) if limits else None
 
 
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
+
+
 def offload_label(rc) -> str:
     off_opt = rc.offload_device("offload_optimizer")
     off_par = rc.offload_device("offload_param")
@@ -71,7 +75,7 @@ def run(ctx: Context):
     plans = me.plans(shape, world, per_node, micro, seq, lora, ckpt, flash)
     stage = rc.zero_stage if rc and rc.ds is not None else None
     chosen_off = offload_label(rc) if rc and rc.ds is not None else "none"
-    details = [f"model {where}: {shape.total_params / 1e9:.2f} B parameters"
+    details = [f"model {where}: {_count(shape.total_params)} parameters"
                + (f", MoE {shape.experts} experts" if shape.experts else "")
                + (f"; LoRA rank {lora}" if lora else "; full fine-tuning"),
                f"{world} GPU(s) of {gpu_mem / GiB:.0f} GiB{' (assumed: none visible here)' if not gpus_here else ''}, "
@@ -110,7 +114,7 @@ def run(ctx: Context):
                                     f"offload needs about {mine.host_bytes / GiB:.0f} GiB of host RAM; this host has {host / GiB:.0f} GiB",
                                     "Offload less (optimizer only), use more nodes, or add RAM; the OOM killer ends such runs with exit code -9.",
                                     Status.WARN))
-    summary = (f"{shape.total_params / 1e9:.2f} B params on {world} GPU(s): "
+    summary = (f"{_count(shape.total_params)} params on {world} GPU(s): "
                + (f"configured ZeRO-{stage} needs ~{metrics['configured_gpu_GiB']:.0f} GiB/GPU; " if stage is not None else "")
                + (f"smallest fitting: ZeRO-{best.stage}{' + ' + best.offload + ' offload' if best.offload != 'none' else ''}"
                   if best else "no ZeRO stage fits"))

@@ -85,7 +85,7 @@ def _build_failure(op: str, run: ScriptRun, data: dict) -> Finding:
         line = f"{data.get('error_type')}: {(data.get('error') or '').strip()[:300]}" + (f" (at {where})" if where else "")
     arch = data.get("torch_cuda_arch_list")
     if arch and "compute_capability" in (data.get("traceback") or ""):
-        return Finding(_codes.OP_BUILD_FAILED,
+        return Finding(_codes.ARCH_LIST_UNPARSEABLE,
                        f"{op} failed to build: DeepSpeed {data.get('deepspeed', '')} cannot use TORCH_CUDA_ARCH_LIST={arch!r}: {line}",
                        "Give DeepSpeed plain X.Y[+PTX] entries for the build (e.g. TORCH_CUDA_ARCH_LIST=\"9.0\" for H100/H200; "
                        "suffixed archs such as 9.0a are not parsed), or unset it so DeepSpeed reads the GPU's own capability.")
