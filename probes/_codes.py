@@ -28,6 +28,7 @@ NVCC_MISMATCH = "MGD402"  # nvcc's CUDA major version differs from torch.version
 PYTHON_H_MISSING = "MGD406"  # Python.h missing: every op build fails
 CXX_MISSING = "MGD407"  # no C++ compiler for JIT builds
 NINJA_MISSING = "MGD408"  # ninja missing or not on PATH
+ARCH_LIST_UNPARSEABLE = "MGD416"  # TORCH_CUDA_ARCH_LIST entries like 9.0a that DeepSpeed's builder cannot parse
 OP_BUILD_FAILED = "MGD411"  # a DeepSpeed op's JIT build fails (fallback when explain finds nothing)
 AIO_MISSING = "MGD412"  # async_io cannot be built: libaio missing
 OP_BUILD_HANG = "MGD305"  # an op build never finishes / a stale torch_extensions lock
