@@ -17,6 +17,8 @@ MODULES = (
     "versions_compat",
     "config_deepspeed",
     "config_memory",
+    "config_zero3_guards",
+    "zero3_model",
 )
 
 

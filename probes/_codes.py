@@ -37,3 +37,10 @@ LF_VERSION_PIN = "MGD901"  # a package outside LLaMA-Factory's own required rang
 REQUIREMENT_CONFLICT = "MGD901"  # installed packages outside each other's declared ranges (pip check)
 GPU_OOM_MODEL_STATES = "MGD701"  # model + optimizer states do not fit at this ZeRO stage
 HOST_OOM_OFFLOAD = "MGD707"  # CPU offload needs more host RAM than there is
+# zero3.model / config.zero3_guards
+ZERO3_MODEL_CODE = "MGD605"  # model code touches a ZeRO-3-partitioned (empty) weight outside a gather
+ZERO3_MOE_LEAF = "MGD607"  # MoE block not a ZeRO-3 leaf module: ranks desync (hang on NCCL)
+ZERO3_QUANTIZED = "MGD603"  # pre-quantized checkpoint / quantization_bit that LLaMA-Factory refuses under ZeRO-3
+ZERO3_UNSLOTH = "MGD604"  # use_unsloth with ZeRO-3
+LF_ZERO3_GUARD = "MGD905"  # predict_with_generate / pure_bf16 / pissa_init / use_kt under ZeRO-3
+LF_OPTIMIZER_GUARD = "MGD904"  # GaLore/APOLLO with DeepSpeed, layer-wise GaLore/APOLLO or ratio BAdam distributed

@@ -1,0 +1,362 @@
+"""zero3.model and config.zero3_guards. The slow tests run the real probe: two gloo ranks on
+this CPU, DeepSpeed ZeRO-3 with zero.Init, on tiny configs of architectures transformers ships
+(written here with save_pretrained: config.json only, never weights), on models shipped as remote
+code with a ZeRO-3-hostile line planted, and on MoE blocks in the pre-transformers-5 layout.
+The fast tests cover the shrinking, the DeepSpeed "auto" filling and LLaMA-Factory's guards."""
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from mgft_doctor.context import Context, Options
+from mgft_doctor.probe import Status
+from mgft_doctor.probes import _codes, config_zero3_guards, zero3_model
+from mgft_doctor.probes.workers import _model_shrink as shrink
+
+FIXTURES = Path(__file__).parent / "fixtures" / "remote_code"
+TIMINGS: dict[str, float] = {}
+
+
+def leftover_workers():
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=False).stdout
+    return [ln for ln in out.splitlines() if "probes/workers/zero3_model" in ln and "ps -eo" not in ln]
+
+
+def save_config(tmp_path: Path, name: str, config) -> Path:
+    folder = tmp_path / name
+    config.save_pretrained(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json"]
+    return folder
+
+
+def remote_model(tmp_path: Path, name: str, **overrides) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    for f in FIXTURES.glob("*.py"):
+        shutil.copy(f, folder / f.name)
+    cfg = {"model_type": "mgft_toy", "architectures": ["MgftToyForCausalLM"],
+           "auto_map": {"AutoConfig": "configuration_mgft_toy.MgftToyConfig",
+                        "AutoModelForCausalLM": "modeling_mgft_toy.MgftToyForCausalLM"},
+           "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+           "num_attention_heads": 8, "num_local_experts": 0, "planted": "none"}
+    cfg.update(overrides)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def run_probe(tmp_path, model=None, config=None, trust=False, timeout=240.0, label=None):
+    opts = Options(model=str(model) if model else None, config=str(config) if config else None, nproc=2,
+                   timeout=timeout, trust_remote_code=trust, cache_dir=str(tmp_path / "cache"))
+    t0 = time.monotonic()
+    res = zero3_model.run(Context(opts))
+    TIMINGS[label or str(model)] = round(time.monotonic() - t0, 1)
+    print(f"zero3.model {label or model}: {res.status.value} in {time.monotonic() - t0:.1f} s — {res.summary}")
+    assert not leftover_workers()
+    return res
+
+
+def codes(res):
+    return [f.code for f in res.findings]
+
+
+# ---- real architectures transformers ships -------------------------------------------------
+
+def _llama():
+    from transformers import LlamaConfig
+    return LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
+                       num_key_value_heads=2, vocab_size=32000)
+
+
+def _qwen2():
+    from transformers import Qwen2Config
+    return Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                       num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)
+
+
+def _mixtral():
+    from transformers import MixtralConfig
+    return MixtralConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                         num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2)
+
+
+def _qwen2_moe():
+    from transformers import Qwen2MoeConfig
+    return Qwen2MoeConfig(hidden_size=512, intermediate_size=1024, moe_intermediate_size=256,
+                          shared_expert_intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                          num_key_value_heads=8, num_experts=60, num_experts_per_tok=4)
+
+
+def _gemma2():
+    from transformers import Gemma2Config
+    return Gemma2Config(hidden_size=576, intermediate_size=2304, num_hidden_layers=6, num_attention_heads=8,
+                        num_key_value_heads=4, head_dim=256)
+
+
+def _phi3():
+    from transformers import Phi3Config
+    return Phi3Config(hidden_size=768, intermediate_size=2048, num_hidden_layers=4, num_attention_heads=12,
+                      num_key_value_heads=12)
+
+
+ARCHITECTURES = {"llama": (_llama, False), "qwen2": (_qwen2, False), "mixtral": (_mixtral, True),
+                 "qwen2_moe": (_qwen2_moe, True), "gemma2": (_gemma2, False), "phi3": (_phi3, False)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_real_architecture_trains_saves_reloads(tmp_path, arch):
+    make, moe = ARCHITECTURES[arch]
+    folder = save_config(tmp_path, arch, make())
+    res = run_probe(tmp_path, folder, label=arch)
+    assert res.status is Status.PASS, (res.summary, res.findings, res.details[-30:])
+    m = res.metrics
+    assert m["model_type"] == arch and m["zero_stage"] == 3 and m["backend"] == "gloo" and m["world_size"] == 2
+    assert len(m["losses"]) == 2  # two optimizer steps, accumulation 1
+    assert "16-bit save + reload identical" in res.summary and "zero.Init" in res.summary
+    assert any("parameters partitioned" in d for d in res.details)
+    if moe:
+        # transformers 5 keeps all experts of a layer in one module: the ranks stay in step
+        # even without leaf modules; the run says so instead of guessing
+        assert "MoE without leaf modules: no hang" in res.summary, res.summary
+        assert any("rank 0: [0, 1]" in d and "rank 1: [0, 1, 2, 3]" in d for d in res.details), res.details
+    else:
+        assert not any("MoE" in d for d in res.details)
+    assert m["wall_s"] < 120  # target: under 60 s warm on an idle machine
+
+
+@pytest.mark.slow
+def test_local_tokenizer_keeps_the_vocabulary(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(["the doctor trains a tiny copy of the model under ZeRO-3 " * 20],
+                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    folder = tmp_path / "llama_tok"
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(folder)
+    LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+                num_key_value_heads=4, vocab_size=1000, bos_token_id=1, eos_token_id=2).save_pretrained(folder)
+    res = run_probe(tmp_path, folder, label="llama + local tokenizer")
+    assert res.status is Status.PASS, (res.summary, res.details[-20:])
+    assert any("vocabulary 1000" in d for d in res.details)  # kept, not shrunk to 512
+    assert any("used for the inputs" in d for d in res.details)
+
+
+@pytest.mark.slow
+def test_save_without_gathering_and_accumulation_from_the_yaml(tmp_path):
+    folder = save_config(tmp_path, "llama", _llama())
+    ds = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+          "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+          "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                                "stage3_param_persistence_threshold": "auto",
+                                "stage3_gather_16bit_weights_on_model_save": False}}
+    (tmp_path / "ds_z3.json").write_text(json.dumps(ds))
+    (tmp_path / "train.yaml").write_text(
+        f"model_name_or_path: {folder}\nstage: sft\nfinetuning_type: full\ndeepspeed: {tmp_path / 'ds_z3.json'}\n"
+        "gradient_accumulation_steps: 3\nlearning_rate: 1.0e-5\n")
+    res = run_probe(tmp_path, config=tmp_path / "train.yaml", label="llama, gather off, accumulation 3")
+    assert res.status is Status.FAIL
+    assert codes(res) == [_codes.ZERO3_EMPTY_SAVE]
+    f = res.findings[0]
+    assert "saved nothing" in f.message and "torch.Size([0])" in f.message
+    assert "stage3_gather_16bit_weights_on_model_save" in f.fix and "zero_to_fp32" in f.fix
+    assert res.metrics["accumulation"] == 3 and len(res.metrics["losses"]) == 6  # 2 steps x 3 micro-batches
+    assert "(accumulation 3)" in res.summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("planted, step, function", [("init_reads_weight", "zero_init", "__init__"),
+                                                     ("forward_reads_cached_weight", "step_1", "forward")])
+def test_planted_zero3_hostile_model_code(tmp_path, planted, step, function):
+    folder = remote_model(tmp_path, "hostile", planted=planted)
+    res = run_probe(tmp_path, folder, trust=True, label=f"hostile: {planted}")
+    assert res.status is Status.FAIL
+    assert codes(res) == [_codes.ZERO3_MODEL_CODE], res.findings
+    f = res.findings[0]
+    assert "modeling_mgft_toy.py:" in f.message and f"in {function}" in f.message  # the failing frame
+    assert "the same code runs without DeepSpeed" in f.message
+    assert "GatheredParameters" in f.fix
+    assert f"({step})" in res.summary
+
+
+@pytest.mark.slow
+def test_remote_code_needs_the_flag(tmp_path):
+    folder = remote_model(tmp_path, "custom")
+    res = run_probe(tmp_path, folder, trust=False, label="remote code without the flag")
+    assert res.status is Status.SKIP
+    assert "--trust-remote-code" in res.summary and res.summary.startswith("skipped:")
+    assert not (tmp_path / "cache" / "hf_modules").exists() or not any((tmp_path / "cache" / "hf_modules").rglob("modeling_mgft_toy.py"))
+
+
+@pytest.mark.slow
+def test_moe_block_that_is_not_a_leaf_module(tmp_path):
+    """Experts as a ModuleList, only the experts that got tokens run (the layout of Mixtral before
+    transformers 5, and of most remote-code MoE models): without leaf modules, ranks that route
+    to different experts issue different all-gathers. On gloo that is a collective mismatch
+    (the rank aborts at once); on NCCL it is the hang that ends at the watchdog."""
+    folder = remote_model(tmp_path, "legacy_moe", num_local_experts=8, num_experts_per_tok=2)
+    res = run_probe(tmp_path, folder, trust=True, label="remote-code MoE, experts as ModuleList")
+    assert res.status is Status.FAIL, res.summary
+    assert codes(res) == [_codes.ZERO3_MOE_LEAF]
+    f = res.findings[0]
+    assert "ToySparseMoeBlock" in f.message and "not a ZeRO-3 leaf module" in f.message
+    assert "desynchronised" in f.message or "hung" in f.message
+    assert '"leaf_module": {"classes": ["ToySparseMoeBlock"]}' in f.fix and "set_z3_leaf_modules" in f.fix
+    # the run with the block as a leaf module passed: train, save, reload
+    assert "16-bit save + reload identical" in res.summary
+    assert any("as ZeRO-3 leaf modules the same routing trained" in d for d in res.details)
+
+
+def test_no_model_no_run(tmp_path):
+    res = zero3_model.run(Context(Options(cache_dir=str(tmp_path))))
+    assert res.status is Status.SKIP and "--model" in res.summary
+    (tmp_path / "t.yaml").write_text("stage: sft\n")
+    res = zero3_model.run(Context(Options(config=str(tmp_path / "t.yaml"), cache_dir=str(tmp_path))))
+    assert res.status is Status.SKIP and "model_name_or_path" in res.summary
+
+
+@pytest.mark.slow
+def test_check_cli_json_and_exit_code(run_check, tmp_path):
+    folder = remote_model(tmp_path, "legacy_moe", num_local_experts=4, num_experts_per_tok=2,
+                          planted="init_reads_weight")
+    code, probes, err = run_check("--only", "zero3", "--model", str(folder), "--trust-remote-code")
+    p = probes["zero3.model"]
+    assert code == 1 and p["status"] == "fail", err[-2000:]
+    assert p["findings"][0]["code"] == _codes.ZERO3_MODEL_CODE
+    assert p["metrics"]["backend"] == "gloo"
+    assert not leftover_workers()
+
+
+# ---- quantized checkpoints and LLaMA-Factory's guards (no processes) ------------------------
+
+@pytest.mark.parametrize("qc, refused", [({"quant_method": "gptq", "bits": 4}, True),
+                                         ({"quant_method": "awq", "bits": 4}, True),
+                                         ({"quant_method": "bitsandbytes", "load_in_4bit": True}, True),
+                                         ({"quant_method": "fp8"}, False), ({"quant_method": "mxfp4"}, False)])
+def test_prequantized_checkpoint_under_zero3(qc, refused):
+    findings, notes = zero3_model.quantization_findings({"model_type": "llama", "quantization_config": qc}, 3)
+    assert [f.code for f in findings] == ([_codes.ZERO3_QUANTIZED] if refused else [])
+    if refused:
+        assert "PTQ-quantized" in findings[0].message and "ZeRO-2" in findings[0].fix
+    else:
+        assert "de-quantizes" in notes[0]
+    assert zero3_model.quantization_findings({"quantization_config": qc}, 2)[0] == []
+
+
+def test_llamafactory_guards():
+    g = config_zero3_guards.guards
+    y = {"predict_with_generate": True, "pure_bf16": True, "use_unsloth": True, "quantization_bit": 8,
+         "pissa_init": True, "use_kt": True}
+    got = [f.code for f in g(y, zero3=True, deepspeed=True, distributed=True)]
+    assert got == [_codes.LF_ZERO3_GUARD] * 3 + [_codes.ZERO3_UNSLOTH, _codes.LF_ZERO3_GUARD, _codes.ZERO3_QUANTIZED]
+    assert g(y, zero3=False, deepspeed=True, distributed=True) == []
+    assert g({"quantization_bit": 4}, zero3=True, deepspeed=True, distributed=True) == []  # QLoRA + ZeRO-3 works
+    assert [f.code for f in g({"quantization_bit": 4, "quantization_method": "hqq"}, True, True, True)] == [_codes.ZERO3_QUANTIZED]
+    assert [f.code for f in g({"use_galore": True}, False, True, True)] == [_codes.LF_OPTIMIZER_GUARD]
+    assert [f.code for f in g({"use_badam": True}, False, True, True)] == [_codes.LF_OPTIMIZER_GUARD]
+    assert g({"use_badam": True}, True, True, True) == []  # layer-wise BAdam is LLaMA-Factory's ZeRO-3 recipe
+
+
+def test_guards_probe_on_llamafactory_examples(tmp_path):
+    examples = Path("/work/shared/llamafactory-examples")
+    if not examples.exists():
+        pytest.skip("LLaMA-Factory examples not available")
+    ds = examples / "deepspeed" / "ds_z3_config.json"
+    y = tmp_path / "t.yaml"
+    y.write_text(f"model_name_or_path: x/y\nstage: sft\nfinetuning_type: lora\ndeepspeed: {ds}\npure_bf16: true\n")
+    res = config_zero3_guards.run(Context(Options(config=str(y), nproc=2, cache_dir=str(tmp_path))))
+    assert res.status is Status.FAIL and [f.code for f in res.findings] == [_codes.LF_ZERO3_GUARD]
+    y.write_text(f"model_name_or_path: x/y\nstage: sft\nfinetuning_type: lora\ndeepspeed: {ds}\nquantization_bit: 4\n")
+    res = config_zero3_guards.run(Context(Options(config=str(y), nproc=2, cache_dir=str(tmp_path))))
+    assert res.status is Status.PASS
+
+
+# ---- shrinking and the DeepSpeed config ----------------------------------------------------
+
+SHRINK_FAMILIES = ["LlamaConfig", "MistralConfig", "Qwen2Config", "Qwen3Config", "MixtralConfig", "Qwen2MoeConfig",
+                   "Qwen3MoeConfig", "GemmaConfig", "Gemma2Config", "Gemma3TextConfig", "Phi3Config", "PhiConfig",
+                   "DeepseekV3Config", "GptOssConfig", "OlmoeConfig", "GPT2Config", "Glm4MoeConfig", "Qwen3NextConfig"]
+
+
+def test_shrunk_configs_build_and_run():
+    """Every family's default (full-size) config shrinks to a model of well under a million
+    parameters that builds and trains one step without DeepSpeed, keeping its kind of layers."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    for name in SHRINK_FAMILIES:
+        full = getattr(transformers, name)()
+        d, _ = shrink.shrink_config(full.to_dict())
+        small = type(full).from_dict(d)
+        model = transformers.AutoModelForCausalLM.from_config(small)
+        n = sum(p.numel() for p in model.parameters())
+        assert n < 1_000_000, (name, n)
+        ids = torch.randint(0, small.vocab_size, (1, 8))
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        assert torch.isfinite(loss), name
+        assert shrink.is_moe(d) == shrink.is_moe(full.to_dict()), name
+        if getattr(full, "layer_types", None):
+            assert set(small.layer_types) == set(full.layer_types), name  # one layer of each kind
+
+
+def test_shrink_keeps_routing_and_layout():
+    d, _ = shrink.shrink_config({"model_type": "deepseek_v3", "num_hidden_layers": 61, "hidden_size": 7168,
+                                 "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 256,
+                                 "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "first_k_dense_replace": 3,
+                                 "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+                                 "vocab_size": 129280, "eos_token_id": 1, "pad_token_id": 129279,
+                                 "quantization_config": {"quant_method": "fp8"}})
+    assert d["num_hidden_layers"] == 2 and d["first_k_dense_replace"] == 1  # a dense layer, then an MoE layer
+    assert d["n_routed_experts"] == 4 and d["num_experts_per_tok"] == 2 and d["n_group"] == 1
+    assert d["kv_lora_rank"] == 32 and d["qk_rope_head_dim"] == 8  # still MLA
+    assert d["vocab_size"] == 512 and d["pad_token_id"] == 511 and d["eos_token_id"] == 1
+    assert "quantization_config" not in d
+    kept, _ = shrink.shrink_config({"vocab_size": 151936, "hidden_size": 4096, "num_attention_heads": 32,
+                                    "num_key_value_heads": 8}, keep_vocab=True)
+    assert kept["vocab_size"] == 151936 and kept["num_key_value_heads"] == 2  # grouped-query stays grouped
+    phi, _ = shrink.shrink_config({"hidden_size": 3072, "num_attention_heads": 32, "rope_scaling": {
+        "type": "longrope", "short_factor": [1.0] * 48, "long_factor": [2.0] * 48}})
+    assert len(phi["rope_scaling"]["short_factor"]) == 8  # head_dim 16 -> 8 rotary frequencies
+
+
+def test_ds_config_filled_like_the_hf_trainer(tmp_path):
+    cfg, facts, notes = shrink.fill_ds_config(None, yaml={"gradient_accumulation_steps": 16, "bf16": True},
+                                              world_size=2, hidden_size=64, on_gpu=False, bf16_ok=False,
+                                              scratch_dir=str(tmp_path))
+    assert cfg["train_micro_batch_size_per_gpu"] == 1 and cfg["gradient_accumulation_steps"] == 4
+    assert cfg["train_batch_size"] == 8 and cfg["gradient_clipping"] == 1.0
+    z = cfg["zero_optimization"]
+    assert z["reduce_bucket_size"] == 64 * 64 and z["stage3_param_persistence_threshold"] == 640
+    assert cfg["bf16"]["enabled"] is False and facts["precision"] == "fp32" and facts["optimizer"] == "torch-adamw"
+    assert facts["gather_on_save"] is True and not any(v == "auto" for v in z.values())
+    assert any("bf16 requested: run in fp32 on CPU" in n for n in notes)
+    assert any("accumulation 16 run as 4" in n for n in notes)
+    user = {"optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+            "scheduler": {"type": "WarmupLR"}, "tensorboard": {"enabled": True, "output_path": "/home/u/tb"},
+            "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}}}
+    cfg, facts, _ = shrink.fill_ds_config(user, yaml={"learning_rate": 2e-5}, world_size=2, hidden_size=64,
+                                              on_gpu=True, bf16_ok=True, scratch_dir=str(tmp_path))
+    assert cfg["optimizer"]["params"]["lr"] == 2e-5 and facts["optimizer"] == "config"
+    assert "scheduler" not in cfg and "tensorboard" not in cfg
+    assert cfg["zero_optimization"]["offload_optimizer"]["nvme_path"].startswith(str(tmp_path))
+    cfg, facts, _ = shrink.fill_ds_config({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}},
+                                          yaml={}, world_size=2, hidden_size=64, on_gpu=False, bf16_ok=False,
+                                          scratch_dir=str(tmp_path))
+    assert facts["optimizer"] == "ds-cpu-adam"  # what accelerate maps torch AdamW to under offload
+
+
+def test_llamafactory_leaf_table():
+    assert shrink.llamafactory_leaf_classes("mixtral") == ["MixtralSparseMoeBlock"]
+    assert shrink.llamafactory_leaf_classes("jetmoe") == ["JetMoeMoA", "JetMoeMoE"]
+    assert shrink.llamafactory_leaf_classes("internvl", "qwen3_moe") == ["Qwen3MoeSparseMoeBlock"]
+    assert shrink.llamafactory_leaf_classes("llama") == []
+
+
+def teardown_module(module):
+    if TIMINGS:
+        print("\nzero3.model wall times:", json.dumps(TIMINGS))
