@@ -161,7 +161,6 @@ def precision(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]
 
 
 def zero_sections(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
-    ds = rc.ds or {}
     z = rc.zero
     out = []
     stage = z.get("stage", 0)

@@ -118,19 +118,8 @@ def launch(script: str, *, nproc: int, timeout: float, python: str, args: dict |
     run_env.setdefault("OMP_NUM_THREADS", "1")
     run_env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     log_path = workdir / "launcher.log"
-    t0 = time.perf_counter()
-    timed_out = False
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=run_env, cwd=workdir, start_new_session=True)
-        try:
-            returncode = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_tree(token, proc)
-            returncode = proc.returncode
-    wall = time.perf_counter() - t0
-    leftover = kill_tree(token, None)  # workers that outlived torchrun (they have their own sessions)
+        returncode, timed_out, wall, leftover = run_limited(cmd, run_env, workdir, timeout, token, log)
     first = node_rank * nproc
     ranks = {r: _read_rank(outdir, r) for r in range(first, first + nproc)}
     text = log_path.read_bytes()[-LOG_TAIL:].decode("utf-8", "replace")
@@ -138,6 +127,25 @@ def launch(script: str, *, nproc: int, timeout: float, python: str, args: dict |
         shutil.copytree(workdir, keep_dir, dirs_exist_ok=True)
     shutil.rmtree(workdir, ignore_errors=True)
     return LaunchResult(cmd, ranks, returncode, timed_out, wall, text, leftover)
+
+
+def run_limited(cmd: list[str], env: dict, cwd, timeout: float, token: str, log) -> tuple[int | None, bool, float, int]:
+    """Run cmd in its own session with output to log; past timeout kill every process carrying
+    the token (env must hold it). Returns (exit code, timed out, wall seconds, leftovers killed).
+    Raises OSError when cmd cannot be started."""
+    t0 = time.perf_counter()
+    timed_out = False
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, cwd=cwd, start_new_session=True)
+    try:
+        returncode = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_tree(token, proc)
+        returncode = proc.returncode
+    wall = time.perf_counter() - t0
+    leftover = kill_tree(token, None)  # children that outlived it (torchrun's workers have their own sessions)
+    return returncode, timed_out, wall, leftover
 
 
 def _read_rank(outdir: Path, rank: int) -> RankOutcome:
@@ -153,9 +161,11 @@ def _read_rank(outdir: Path, rank: int) -> RankOutcome:
     return RankOutcome(rank, result, phases)
 
 
-def processes_with_token(token: str) -> list[int]:
-    """PIDs of this user's processes whose environment carries the run's token (Linux /proc)."""
-    needle = f"{TOKEN_VAR}={token}".encode()
+def processes_with_token(token: str, var: str = TOKEN_VAR) -> list[int]:
+    """PIDs of this user's processes whose environment carries var=token (Linux /proc)."""
+    if not os.path.isdir("/proc"):
+        return []
+    needle = f"{var}={token}".encode()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -169,9 +179,9 @@ def processes_with_token(token: str) -> list[int]:
     return found
 
 
-def kill_tree(token: str, proc: subprocess.Popen | None) -> int:
+def kill_tree(token: str, proc: subprocess.Popen | None, var: str = TOKEN_VAR) -> int:
     """TERM, then KILL, every process of the run; returns how many had to be signalled."""
-    pids = set(processes_with_token(token))
+    pids = set(processes_with_token(token, var))
     if proc is not None and proc.poll() is None:
         pids.add(proc.pid)
     signalled = len(pids)

@@ -5,7 +5,7 @@ as crashed (`error`), never as a pass."""
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 

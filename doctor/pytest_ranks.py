@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -157,35 +155,6 @@ def _user_frames(tb: str) -> list[str]:
 
 def kill_marked(mark: str) -> int:
     """TERM, then KILL, this user's processes whose environment carries MARK_VAR=mark."""
-    from .launcher import _alive
+    from .launcher import kill_tree
 
-    needle = f"{MARK_VAR}={mark}".encode()
-
-    def find() -> list[int]:
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if needle in f.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-        return found
-
-    if not os.path.isdir("/proc"):
-        return 0
-    pids = find()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:
-            if not any(_alive(p) for p in pids):
-                return len(pids)
-            time.sleep(0.05)
-    return len(pids)
+    return kill_tree(mark, None, MARK_VAR)

@@ -11,13 +11,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass, field
 
-from mgft_doctor.launcher import TOKEN_VAR, kill_tree
+from mgft_doctor.launcher import TOKEN_VAR, run_limited
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 MARK = "MGFT-DOCTOR-RESULT "
@@ -56,22 +54,11 @@ def run_script(python: str, script: str, args: dict, timeout: float, env: dict[s
     run_env.setdefault("PYTHONUNBUFFERED", "1")
     cmd = [python, script, "--args", json.dumps(args)]
     workdir = cwd or tempfile.mkdtemp(prefix="mgft-doctor-")
-    timed_out = False
-    t0 = time.perf_counter()
     with tempfile.TemporaryFile() as log:
         try:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=run_env, cwd=workdir, start_new_session=True)
+            returncode, timed_out, wall, leftover = run_limited(cmd, run_env, workdir, timeout, token, log)
         except OSError as exc:
             return ScriptRun(cmd, None, False, 0.0, f"cannot run {python}: {exc}", None)
-        try:
-            returncode = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_tree(token, proc)
-            returncode = proc.returncode
-        wall = time.perf_counter() - t0
-        leftover = kill_tree(token, None)
         log.seek(0, os.SEEK_END)
         size = log.tell()
         log.seek(max(0, size - LOG_TAIL))

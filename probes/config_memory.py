@@ -4,7 +4,6 @@ and host RAM here. Says whether the configured stage fits and the cheapest one t
 
 from __future__ import annotations
 
-import os
 
 from mgft_doctor import memory_estimate as me
 from mgft_doctor.context import Context

@@ -3,7 +3,6 @@ memory, compute capability and bf16 support; a plain answer when there is no GPU
 
 from __future__ import annotations
 
-import os
 
 from mgft_doctor.context import Context
 from mgft_doctor.probe import Finding, Probe, Status, result
