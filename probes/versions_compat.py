@@ -314,6 +314,8 @@ def run(ctx: Context):
     if not bad:
         summary_parts.append("no known-bad combination")
     head = ", ".join(f"{p} {versions[p]}" for p in ("llamafactory", "transformers", "deepspeed", "torch") if p in versions)
+    if not head:
+        head = f"none of llamafactory, transformers, deepspeed, torch installed in {o.python}"
     summary = head + ("; " + ", ".join(summary_parts) if summary_parts and not findings else "")
     if findings:
         summary = head + f"; {len(findings)} version problem(s)"
