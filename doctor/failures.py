@@ -35,13 +35,21 @@ _NONZERO_EXIT = re.compile(r"(?:returned non-zero exit status|exit status|exited
 PRIMARY_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("signal", re.compile(r"^(?:Killed|Segmentation fault|Bus error|Aborted|Illegal instruction|Floating point exception)(?: \(core dumped\))?\b|\bSegmentation fault \(core dumped\)|: line \d+: +\d+ (?:Killed|Segmentation fault|Bus error|Aborted)")),
     ("signal", re.compile(r"^Fatal Python error:|^terminate called (?:after throwing|without an active exception)")),
-    ("nccl", re.compile(r"Watchdog caught collective operation timeout|NCCL WARN|NCCL error|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b|ProcessGroupNCCL.*(?:timed out|Timeout)|DistBackendError|socketStartConnect|Connection reset by peer|ncclCommInitRank failed")),
+    ("nccl", re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b|ProcessGroupNCCL.*(?:timed out|Timeout)|DistBackendError|socketStartConnect|Connection reset by peer|ncclCommInitRank failed")),
     ("cuda", re.compile(r"CUDA out of memory|CUDA error: |CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cudaError\w+|device-side assert triggered|no CUDA GPUs are available|invalid device ordinal")),
     ("compiler", re.compile(r"^(?:\S+:\d+(?::\d+)?: )?(?:fatal )?error: |^FAILED: |^ninja: build stopped|^collect2: error|^/usr/bin/ld: cannot find|error: command '.*' failed|nvcc fatal|^\S+: \d+: \S+: not found$|^/bin/(?:ba)?sh: .*not found")),
     ("cli", re.compile(r"^\S+: error: (?:the following arguments are required|unrecognized arguments|argument )|command not found$|^usage: .*\n?.*error:")),
     ("oom-killer", re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_reaper: reaped process|"
                               r"Detected \d+ oom.kill event|cgroup out-of-memory handler|task \d+: Out Of Memory")),
 )
+# NCCL WARN lines are not a failure on their own (healthy runs print some: a missing
+# libibverbs on a node without InfiniBand); when the run fails, the last ones printed shortly
+# before the first error usually say why, so they may be its root.
+NCCL_WARN = re.compile(r"NCCL WARN")
+BENIGN_NCCL_WARN = re.compile(r"Failed to open libibverbs|NET/Plugin|Could not find|libnccl-net")
+WARN_BEFORE_ERROR_LINES = 200
+UNRAISABLE = re.compile(r"^Exception ignored in")  # Python's unraisable hook: an error in __del__, not a failure
+UNRAISABLE_WINDOW = 30
 # Lines that say something failed but only echo a failure reported elsewhere.
 SECONDARY_LINES = re.compile(
     r"closing signal SIGTERM|closing signal SIGINT|Killing subprocess|sigkill_handler|"
@@ -99,11 +107,16 @@ class FailureReader:
         self.summary_exit: int | None = None
         self.failed_rank: int | None = None
         self.exit_codes: list[int] = []
+        self.nccl_warnings: list[LogLine] = []
+        self._unraisable_until: dict[tuple[int, int | None], int] = {}
 
     def feed(self, line: LogLine) -> None:
         text = line.text
         key = (line.source, line.rank)
         stripped = text.strip()
+        if UNRAISABLE.match(stripped):
+            self._unraisable_until[key] = line.no + UNRAISABLE_WINDOW
+            return
         if stripped.startswith("Traceback (most recent call last)"):
             self._open[key] = Traceback(line.rank, line.no, source=line.source)
             return
@@ -168,6 +181,9 @@ class FailureReader:
             if pattern.search(stripped):
                 self.events.append(FailureEvent(kind, line, primary=True))
                 return
+        if NCCL_WARN.search(stripped) and not BENIGN_NCCL_WARN.search(stripped):
+            self.nccl_warnings.append(line)
+            return
         em = EXCEPTION_LINE.match(stripped)
         if em and em.group("msg") is not None and not stripped.startswith(("Exception ignored", "Warning")):
             # an exception echoed without its traceback ('[rank3]: AssertionError: ...')
@@ -179,6 +195,10 @@ class FailureReader:
 
     def _exception_event(self, line: LogLine, tb: Traceback | None) -> None:
         stripped = line.text.strip()
+        until = self._unraisable_until.get((line.source, line.rank))
+        if until is not None and line.no <= until:
+            del self._unraisable_until[(line.source, line.rank)]
+            return  # raised in a destructor at interpreter exit: printed, ignored, not a failure
         wrapper = bool(WRAPPER_EXCEPTIONS.search(stripped))
         if tb is not None and not wrapper:
             # the traceback of a launcher process (torchrun, accelerate, deepspeed, llamafactory-cli)
@@ -197,10 +217,13 @@ class FailureReader:
         primaries = [e for e in self.events if e.primary]
         root = None
         if primaries:
-            pool = primaries
+            first = min(e.line.no for e in primaries if e.line.source == primaries[0].line.source)
+            warns = [FailureEvent("nccl", w, primary=True) for w in self.nccl_warnings
+                     if w.source == primaries[0].line.source and first - WARN_BEFORE_ERROR_LINES <= w.no <= first]
+            pool = sorted(warns + primaries, key=lambda e: (e.line.source, e.line.no))
             if self.failed_rank is not None:
                 # drop the errors other ranks printed; rank-less lines (compiler, NCCL, shell) stay
-                own = [e for e in primaries if e.line.rank in (self.failed_rank, None)]
+                own = [e for e in pool if e.line.rank in (self.failed_rank, None)]
                 if own:
                     pool = own
             root = _first_meaningful(pool)

@@ -1,0 +1,64 @@
+"""The root-error choice on multi-rank logs: the first failing rank's own error, not the
+launcher's echo, not a warning of a healthy run."""
+
+from mgft_doctor.explain import explain_text
+
+TORCHRUN_SUMMARY = """E0301 09:41:20.533000 50300 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 1 (pid: 50313) of binary: /usr/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-03-01_09:41:20
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 50313)
+"""
+
+
+def test_first_failing_ranks_error_beats_the_others_echo():
+    log = ("[rank0]: RuntimeError: [Rank 0] NCCL watchdog thread terminated\n"
+           "[rank1]: Traceback (most recent call last):\n"
+           '[rank1]:   File "train.py", line 9, in <module>\n'
+           "[rank1]: KeyError: 'labels'\n" + TORCHRUN_SUMMARY)
+    r = explain_text(log)
+    assert r.failure and r.failed_rank == 1
+    assert r.root_error.text == "KeyError: 'labels'" and r.root_error.rank == 1
+    assert 1 in r.exit_codes
+
+
+def test_benign_nccl_warning_and_destructor_errors_are_not_failures():
+    log = ("box:2337:2337 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n"
+           "{'loss': 0.91, 'epoch': 3.0}\n"
+           "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f3a2c1d5e40>\n"
+           "Traceback (most recent call last):\n"
+           '  File "/usr/lib/python3.10/multiprocessing/process.py", line 160, in is_alive\n'
+           "AssertionError: can only join a child process\n"
+           "[2024-03-01 10:00:00,000] [INFO] [launch.py:351:main] Process 40112 exits successfully.\n")
+    r = explain_text(log)
+    assert not r.failure and r.diagnoses == []
+
+
+def test_nccl_warning_just_before_the_error_is_its_root():
+    log = ("host:3312:3345 [0] include/socket.h:409 NCCL WARN Net : Connect to 172.19.0.1<41267> failed : Connection refused\n"
+           "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:957, unhandled system error\n"
+           + TORCHRUN_SUMMARY.replace("rank      : 1", "rank      : 0"))
+    r = explain_text(log)
+    assert r.root_error.no == 1 and "Connection refused" in r.root_error.text
+
+
+def test_compiler_error_before_the_build_traceback_is_the_root():
+    log = ("FAILED: multi_tensor_adam.cuda.o\n"
+           "/x/torch/include/c10/util/C++17.h:13:2: error: #error \"You're trying to build PyTorch with a too old version of GCC. We need GCC 9 or later.\"\n"
+           "ninja: build stopped: subcommand failed.\n"
+           "Traceback (most recent call last):\n"
+           '  File "/x/torch/utils/cpp_extension.py", line 2209, in _run_ninja_build\n'
+           "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.\n"
+           "RuntimeError: Error building extension 'fused_adam'\n")
+    r = explain_text(log)
+    assert r.root_error.no == 1 and r.root_kind == "compiler"
+
+
+def test_killed_rank_without_traceback_is_root_by_exit_code():
+    log = ("Loading checkpoint shards:  50%|#####     | 1/2 [00:21<00:21, 21.40s/it]\n"
+           "W0615 02:11:40.018000 1 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 22930 closing signal SIGTERM\n"
+           + TORCHRUN_SUMMARY.replace("exitcode: 1)", "exitcode: -9)").replace("exitcode  : 1", "exitcode  : -9"))
+    r = explain_text(log)
+    assert r.failure and -9 in r.exit_codes and r.root_kind == "exit"
