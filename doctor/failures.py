@@ -37,7 +37,7 @@ PRIMARY_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("signal", re.compile(r"^Fatal Python error:|^terminate called (?:after throwing|without an active exception)")),
     ("nccl", re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b|ProcessGroupNCCL.*(?:timed out|Timeout)|DistBackendError|socketStartConnect|Connection reset by peer|ncclCommInitRank failed")),
     ("cuda", re.compile(r"CUDA out of memory|CUDA error: |CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cudaError\w+|device-side assert triggered|no CUDA GPUs are available|invalid device ordinal")),
-    ("compiler", re.compile(r"^(?:\S+:\d+(?::\d+)?: )?(?:fatal )?error: |^FAILED: |^ninja: build stopped|^collect2: error|^/usr/bin/ld: cannot find|error: command '.*' failed|nvcc fatal|^\S+: \d+: \S+: not found$|^/bin/(?:ba)?sh: .*not found")),
+    ("compiler", re.compile(r"^(?:\S+:\d+(?::\d+)?: )?(?:fatal )?error: |^FAILED: |^ERROR: No supported gcc|^ninja: build stopped|^collect2: error|^/usr/bin/ld: cannot find|error: command '.*' failed|nvcc fatal|^\S+: \d+: \S+: not found$|^/bin/(?:ba)?sh: .*not found")),
     ("cli", re.compile(r"^\S+: error: (?:the following arguments are required|unrecognized arguments|argument )|command not found$|^usage: .*\n?.*error:")),
     ("oom-killer", re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_reaper: reaped process|"
                               r"Detected \d+ oom.kill event|cgroup out-of-memory handler|task \d+: Out Of Memory")),
@@ -54,7 +54,8 @@ UNRAISABLE_WINDOW = 30
 SECONDARY_LINES = re.compile(
     r"closing signal SIGTERM|closing signal SIGINT|Killing subprocess|sigkill_handler|"
     r"Some NCCL operations have failed or timed out|To avoid data inconsistency|"
-    r"NCCL watchdog thread terminated|Received \d+ death signal|Received Signals\.|ChildFailedError"
+    r"NCCL watchdog thread terminated|Received \d+ death signal|Received Signals\.|ChildFailedError|"
+    r"Heartbeat monitor timed out"
 )
 
 
@@ -246,11 +247,22 @@ class FailureReader:
         return FailureAnalysis(self.events, self.tracebacks, failed_rank, self.exit_codes, root, root_lines)
 
 
+BUILD_OUTPUT_LINES = 60  # how far after ninja's 'FAILED: target' the compiler's own message may come
+
+
 def _first_meaningful(events: list[FailureEvent]) -> FailureEvent:
-    """The earliest primary error, preferring a real error over a user's Ctrl-C."""
-    for e in events:
-        if not (e.kind == "exception" and e.line.text.strip().startswith("KeyboardInterrupt")):
-            return e
+    """The earliest primary error, preferring a real error over a user's Ctrl-C, and the
+    compiler's diagnostic over ninja's 'FAILED: <target>' line that announces it."""
+    for i, e in enumerate(events):
+        if e.kind == "exception" and e.line.text.strip().startswith("KeyboardInterrupt"):
+            continue
+        if e.kind == "compiler" and e.line.text.lstrip().startswith("FAILED: "):
+            follow = next((f for f in events[i + 1:] if f.kind == "compiler" and f.line.source == e.line.source
+                           and f.line.no - e.line.no <= BUILD_OUTPUT_LINES
+                           and not f.line.text.lstrip().startswith(("FAILED: ", "ninja: "))), None)
+            if follow is not None:
+                return follow
+        return e
     return events[0]
 
 

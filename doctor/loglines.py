@@ -13,6 +13,9 @@ _RANK_PREFIX = re.compile(
     r"(?:\[(?:rank|default|Rank|RANK)\s?(\d+)\]:?\s?)+"  # [rank1]: [default0]: (possibly repeated)
 )
 _NUMERIC_PREFIX = re.compile(r"^(\d{1,3}):\s")  # torchrun --tee / srun -l: '3: '
+# pdsh / deepspeed multi-node without a rank tag: 'gpu-b: ...', 'node001: ...', '10.0.0.2: ...'
+_HOST_PREFIX = re.compile(r"^(?:\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*(?:\d|-)[\w.-]*?)(?<!\.py)(?<!\.cc)(?<!\.cpp)(?<!\.h)(?<!\.so): (?=\S)")
+_BOX = "│╭╰┃╮╯─ "  # rich's boxed tracebacks
 _GLOG_RANK = re.compile(r"\[(?:Rank|rank|PG \d+ Rank) (\d+)\]")
 MAX_LINE_CHARS = 4000  # matching looks at no more of a line than this
 
@@ -39,6 +42,11 @@ def split_rank(text: str) -> tuple[int | None, str]:
     m = _NUMERIC_PREFIX.match(text)
     if m:
         return int(m.group(1)), text[m.end():]
+    m = _HOST_PREFIX.match(text)
+    if m:
+        rest = text[m.end():]
+        rank, body = split_rank(rest) if rest.startswith("[") else (None, rest)
+        return rank, body
     if text.startswith(("[E ", "[W ", "E0", "E1", "W0", "W1", "[E", "[rank")):
         g = _GLOG_RANK.search(text, 0, 200)
         if g:
@@ -62,6 +70,10 @@ def normalise(no: int, raw: str, source: int = 0) -> list[LogLine]:
             piece = piece[2:]
             out.append(LogLine(no, "^C", None, source))
         rank, body = split_rank(piece)
+        if body[:1] in "│╭╰┃":
+            body = body.strip(_BOX)
+            if not body:
+                continue
         idx = body.find("Traceback (most recent call last)")
         if idx > 0:
             head = body[:idx].rstrip()

@@ -53,7 +53,25 @@ def test_compiler_error_before_the_build_traceback_is_the_root():
            "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1.\n"
            "RuntimeError: Error building extension 'fused_adam'\n")
     r = explain_text(log)
-    assert r.root_error.no == 1 and r.root_kind == "compiler"
+    # the compiler's own message, not ninja's 'FAILED: <target>' that announces it
+    assert r.root_error.no == 2 and "GCC 9 or later" in r.root_error.text and r.root_kind == "compiler"
+
+
+def test_pdsh_host_prefixes_and_rich_boxes_are_read():
+    log = ("gpu-a: [rank2]:[E605 10:00:01.1 ProcessGroupNCCL.cpp:1385] [PG 0 Rank 2] Heartbeat monitor timed out!\n"
+           "gpu-b: Traceback (most recent call last):\n"
+           'gpu-b:   File "/x/deepspeed/ops/op_builder/builder.py", line 520, in jit_load\n'
+           "gpu-b: RuntimeError: Ninja is required to load C++ extensions\n")
+    r = explain_text(log)
+    assert r.root_error.text == "RuntimeError: Ninja is required to load C++ extensions"
+    boxed = ("╭───────────────────── Traceback (most recent call last) ─────────────────────╮\n"
+             "│ /opt/venv/lib/python3.11/site-packages/deepspeed/runtime/config.py:889 in _batch_assertion │\n"
+             "╰────────────────────────────────────────────────────────────────────────────╯\n"
+             "AssertionError: Check batch related parameters. train_batch_size is not equal to "
+             "micro_batch_per_gpu * gradient_acc_step * world_size 16 != 2 * 4 * 3\n")
+    r = explain_text(boxed)
+    assert r.root_error.text.startswith("AssertionError: Check batch related parameters")
+    assert r.diagnoses and r.diagnoses[0].code == "MGD502"
 
 
 def test_killed_rank_without_traceback_is_root_by_exit_code():
