@@ -16,6 +16,8 @@ _NUMERIC_PREFIX = re.compile(r"^(\d{1,3}):\s")  # torchrun --tee / srun -l: '3: 
 # pdsh / deepspeed multi-node without a rank tag: 'gpu-b: ...', 'node001: ...', '10.0.0.2: ...'
 _HOST_PREFIX = re.compile(r"^(?:\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*(?:\d|-)[\w.-]*?)(?<!\.py)(?<!\.cc)(?<!\.cpp)(?<!\.h)(?<!\.so): (?=\S)")
 _BOX = "│╭╰┃╮╯─ "  # rich's boxed tracebacks
+# an error glued to a progress bar that had no newline: '…155.57 examples/s][E ProcessGroupNCCL.cpp:475] …'
+_GLUED = re.compile(r"(?<=\])(?=\[(?:rank\d+\]:|default\d+\]:|[EW]\d{0,4} ))")
 _GLOG_RANK = re.compile(r"\[(?:Rank|rank|PG \d+ Rank) (\d+)\]")
 MAX_LINE_CHARS = 4000  # matching looks at no more of a line than this
 
@@ -61,6 +63,8 @@ def normalise(no: int, raw: str, source: int = 0) -> list[LogLine]:
     if len(text) > MAX_LINE_CHARS:
         text = text[:MAX_LINE_CHARS]
     pieces = [p for p in text.split("\r")] if "\r" in text else [text]
+    if "][" in text:
+        pieces = [part for p in pieces for part in _GLUED.split(p)]
     out: list[LogLine] = []
     for piece in pieces:
         piece = piece.rstrip()

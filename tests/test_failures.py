@@ -80,3 +80,12 @@ def test_killed_rank_without_traceback_is_root_by_exit_code():
            + TORCHRUN_SUMMARY.replace("exitcode: 1)", "exitcode: -9)").replace("exitcode  : 1", "exitcode  : -9"))
     r = explain_text(log)
     assert r.failure and -9 in r.exit_codes and r.root_kind == "exit"
+
+
+def test_error_glued_to_a_progress_bar_is_split_off():
+    log = ("Running tokenizer on dataset: 40%|####      | 400/1000 [00:02<00:03, 155.57 examples/s]"
+           "[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+           "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800512 milliseconds before timing out.\n")
+    r = explain_text(log)
+    assert r.root_error.text.startswith("[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog")
+    assert r.root_error.rank == 2
