@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 
 from rich.console import Console
@@ -87,8 +88,10 @@ def run_check(args) -> int:
             print(f"{p.id:22} {p.title}")
         return EXIT_OK
     options = options_from_args(args)
-    if not os.path.isfile(options.python) and not os.path.isfile(str(options.python)):
+    found = options.python if os.path.isfile(options.python) else shutil.which(options.python)
+    if not found:
         raise DoctorError(f"--python {options.python}: no such interpreter")
+    options.python = found
     ctx = Context(options)
     if options.config or options.deepspeed:
         _ = ctx.run_config  # a broken YAML/JSON is bad input: exit 2 before any probe runs
