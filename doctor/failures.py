@@ -128,17 +128,18 @@ class FailureReader:
                 tb.files.append(fm.group("file"))
                 tb.frames.append(line)
                 return
-            if text[:1].isspace() and tb.exception is None:
+            # an open traceback has no exception yet: it is closed when its exception line comes
+            if text[:1].isspace():
                 return  # a source line under a frame, or C++ frames
             em = EXCEPTION_LINE.match(stripped)
-            if em and tb.exception is None:
+            if em:
                 tb.exception = line
                 tb.exc_type = em.group("type")
                 self.tracebacks.append(tb)
                 del self._open[key]
                 self._exception_event(line, tb)
                 return
-            if tb.exception is None and not stripped.startswith(("During handling", "The above exception")):
+            if not stripped.startswith(("During handling", "The above exception")):
                 # a line of another stream broke in; keep the traceback open a while
                 if line.no - tb.start > 400:
                     del self._open[key]
@@ -201,12 +202,7 @@ class FailureReader:
             del self._unraisable_until[(line.source, line.rank)]
             return  # raised in a destructor at interpreter exit: printed, ignored, not a failure
         wrapper = bool(WRAPPER_EXCEPTIONS.search(stripped))
-        if tb is not None and not wrapper:
-            # the traceback of a launcher process (torchrun, accelerate, deepspeed, llamafactory-cli)
-            # only reports a child's failure
-            launcher_files = ("/bin/torchrun", "/bin/accelerate", "/bin/deepspeed", "llamafactory-cli", "/bin/llamafactory")
-            if tb.files and tb.files[0].endswith(launcher_files) and "ChildFailedError" in stripped:
-                wrapper = True
+        # llamafactory-cli's own traceback only reports that torchrun, its child, failed
         if tb is not None and tb.exc_type.endswith("CalledProcessError") and tb.files and tb.files[0].endswith(("llamafactory-cli", "/cli.py")):
             wrapper = True
         self.events.append(FailureEvent("exception", line, primary=not wrapper, traceback=tb))
