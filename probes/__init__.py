@@ -1,11 +1,6 @@
-"""The probes, one module each, in the order the doctor runs them. A probe module exposes PROBE
-(mgft_doctor.probe.Probe); rank-side workers live in probes/workers/ as plain scripts."""
-
-from __future__ import annotations
-
-import importlib
-
-from mgft_doctor.probe import Probe
+"""The probes, one module each (module name = probe id with `_` for `.`), in the order the doctor
+runs them. A probe module exposes PROBE (mgft_doctor.check.probe.Probe); mgft_doctor.check.registry
+loads them by name. Rank-side workers live in probes/workers/ as plain scripts."""
 
 MODULES = (
     "gpu_visible",
@@ -20,11 +15,3 @@ MODULES = (
     "config_zero3_guards",
     "zero3_model",
 )
-
-
-def all_probes() -> list[Probe]:
-    out = []
-    for name in MODULES:
-        module = importlib.import_module(f"mgft_doctor.probes.{name}")
-        out.append(module.PROBE)
-    return out

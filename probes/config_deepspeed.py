@@ -5,9 +5,9 @@ ZeRO sections, a ddp_timeout so large that a hang never fails. Each problem says
 
 from __future__ import annotations
 
-from mgft_doctor import dsconfig_rules
-from mgft_doctor.context import Context
-from mgft_doctor.probe import Finding, Probe, Status, result, skipped
+from mgft_doctor.runconfig import ds_rules as dsconfig_rules
+from mgft_doctor.check.context import Context
+from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
 
 from . import _codes
 

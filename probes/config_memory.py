@@ -5,10 +5,10 @@ and host RAM here. Says whether the configured stage fits and the cheapest one t
 from __future__ import annotations
 
 
-from mgft_doctor import memory_estimate as me
-from mgft_doctor.context import Context
-from mgft_doctor.model_config import load_model_config
-from mgft_doctor.probe import Finding, Probe, Status, result, skipped
+from mgft_doctor.runconfig import memory as me
+from mgft_doctor.check.context import Context
+from mgft_doctor.runconfig.model_config import load_model_config
+from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
 
 from . import _codes
 

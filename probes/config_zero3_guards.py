@@ -6,8 +6,8 @@ checkpoint (quantization_config in the model's config.json) is zero3.model's fin
 
 from __future__ import annotations
 
-from mgft_doctor.context import Context
-from mgft_doctor.probe import Finding, Probe, result, skipped
+from mgft_doctor.check.context import Context
+from mgft_doctor.check.probe import Finding, Probe, result, skipped
 
 from . import _codes
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 
-from mgft_doctor.context import Context
-from mgft_doctor.launch_findings import _explain_log
-from mgft_doctor.launcher import worker_script
-from mgft_doctor.probe import Finding, Probe, Status, result
+from mgft_doctor.check.context import Context
+from mgft_doctor.check.launch_findings import explain_log
+from mgft_doctor.launch import worker_script
+from mgft_doctor.check.probe import Finding, Probe, Status, result
 
 from . import _codes
-from ._subproc import run_script
+from mgft_doctor.launch.script import run_script
 from .deepspeed_ops import needed_ops
 
 ID, TITLE = "deepspeed.install", "DeepSpeed install and build toolchain"
@@ -36,7 +36,7 @@ def run(ctx: Context):
     res = run_script(o.python, worker_script("ds_install"), {}, timeout=o.timeout)
     d = res.payload
     if d is None:
-        report = _explain_log(res.log) if res.log.strip() else None
+        report = explain_log(res.log) if res.log.strip() else None
         code = report.diagnoses[0].code if report is not None and report.diagnoses else _codes.DS_IMPORT_FAILED
         what = (f"no answer within {res.wall_s:.0f} s" if res.timed_out else f"exit code {res.returncode}")
         tail = (res.log.strip().splitlines() or [""])[-1][:300]
@@ -70,7 +70,7 @@ def run(ctx: Context):
                                INSTALL_FIX.format(python=python))], metrics, details)
     if "deepspeed_error" in d:
         err = d["deepspeed_error"]
-        report = _explain_log(err.get("traceback", "")) if err.get("traceback") else None
+        report = explain_log(err.get("traceback", "")) if err.get("traceback") else None
         diag = report.diagnoses[0] if report is not None and report.diagnoses else None
         msg = (f"deepspeed {d.get('deepspeed_dist') or '?'} is installed but `import deepspeed` fails with torch "
                f"{d['torch']}: {err['error_type']}: {err['error'][:300]}")

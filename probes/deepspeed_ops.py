@@ -11,13 +11,13 @@ import os
 import re
 import time
 
-from mgft_doctor.context import Context
-from mgft_doctor.launch_findings import _explain_log
-from mgft_doctor.launcher import worker_script
-from mgft_doctor.probe import Finding, Probe, Status, result
+from mgft_doctor.check.context import Context
+from mgft_doctor.check.launch_findings import explain_log
+from mgft_doctor.launch import worker_script
+from mgft_doctor.check.probe import Finding, Probe, Status, result
 
 from . import _codes
-from ._subproc import ScriptRun, run_script
+from mgft_doctor.launch.script import ScriptRun, run_script
 
 ID, TITLE = "deepspeed.ops", "DeepSpeed ops: real JIT build"
 # The compiler's own diagnostics first (gcc/clang/nvcc/ld), then ninja's summary of the failed step.
@@ -89,7 +89,7 @@ def _build_failure(op: str, run: ScriptRun, data: dict) -> Finding:
                        f"{op} failed to build: DeepSpeed {data.get('deepspeed', '')} cannot use TORCH_CUDA_ARCH_LIST={arch!r}: {line}",
                        "Give DeepSpeed plain X.Y[+PTX] entries for the build (e.g. TORCH_CUDA_ARCH_LIST=\"9.0\" for H100/H200; "
                        "suffixed archs such as 9.0a are not parsed), or unset it so DeepSpeed reads the GPU's own capability.")
-    report = _explain_log(text) if text.strip() else None
+    report = explain_log(text) if text.strip() else None
     if report is not None and report.diagnoses:
         d = report.diagnoses[0]
         return Finding(d.code, f"{op} failed to build: {line}", d.fixes[0] if d.fixes else _fix_for(line, op))
@@ -157,7 +157,7 @@ def run(ctx: Context):
             details += _log_tail(run_.log)
             continue
         if not run_.payload:
-            report = _explain_log(run_.log) if run_.log.strip() else None
+            report = explain_log(run_.log) if run_.log.strip() else None
             code = report.diagnoses[0].code if report is not None and report.diagnoses else _codes.OP_BUILD_FAILED
             line = key_error_line(run_.log) or (run_.log.strip().splitlines() or ["no output"])[-1]
             findings.append(Finding(code, f"{name}: the build process died (exit code {run_.returncode}) without a result: {line[:300]}",

@@ -4,8 +4,8 @@ memory, compute capability and bf16 support; a plain answer when there is no GPU
 from __future__ import annotations
 
 
-from mgft_doctor.context import Context
-from mgft_doctor.probe import Finding, Probe, Status, result
+from mgft_doctor.check.context import Context
+from mgft_doctor.check.probe import Finding, Probe, Status, result
 
 from . import _codes
 

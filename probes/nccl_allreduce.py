@@ -5,11 +5,12 @@ finding that names the silent ranks."""
 
 from __future__ import annotations
 
-from mgft_doctor.context import Context
-from mgft_doctor.launch_findings import launch_failure_findings
-from mgft_doctor.launcher import launch, worker_script
-from mgft_doctor.probe import Finding, Probe, Status, result
-from mgft_doctor.topology import Topology
+from mgft_doctor.check.context import Context
+from mgft_doctor.check.launch_findings import launch_failure_findings
+from mgft_doctor.launch import worker_script
+from mgft_doctor.launch.torchrun import launch
+from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.topology import Topology
 
 from . import _codes
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import subprocess
 
-from mgft_doctor.context import Context
-from mgft_doctor.launcher import worker_script
-from mgft_doctor.probe import Finding, Probe, Status, result, skipped
+from mgft_doctor.check.context import Context
+from mgft_doctor.launch import worker_script
+from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
 
 from . import _codes
 

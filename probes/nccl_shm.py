@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from mgft_doctor.context import Context
-from mgft_doctor.probe import Finding, Probe, Status, result
+from mgft_doctor.check.context import Context
+from mgft_doctor.check.probe import Finding, Probe, Status, result
 
 from . import _codes
 

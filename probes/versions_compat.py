@@ -14,17 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mgft_doctor.catalog import Entry, load_catalog
-from mgft_doctor.context import Context
-from mgft_doctor.explain import choose_fixes
-from mgft_doctor.launcher import worker_script
-from mgft_doctor.probe import Finding, Probe, Status, result
+from mgft_doctor.check.context import Context
+from mgft_doctor.catalog.fixes import choose_fixes
+from mgft_doctor.launch import worker_script
+from mgft_doctor.check.probe import Finding, Probe, Status, result
 from packaging.markers import InvalidMarker, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from . import _codes
-from ._subproc import run_script
+from mgft_doctor.launch.script import run_script
 
 ID, TITLE = "versions.compat", "Versions: LLaMA-Factory's ranges and known-bad combinations"
 WATCHED = ("llamafactory", "transformers", "accelerate", "peft", "trl", "datasets", "deepspeed", "torch",

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 
-from mgft_doctor.context import Context
-from mgft_doctor.launch_findings import launch_failure_findings
-from mgft_doctor.launcher import launch, worker_script
-from mgft_doctor.model_config import load_model_config
-from mgft_doctor.probe import Finding, Probe, Status, result, skipped
+from mgft_doctor.check.context import Context
+from mgft_doctor.check.launch_findings import launch_failure_findings
+from mgft_doctor.launch import worker_script
+from mgft_doctor.launch.torchrun import launch
+from mgft_doctor.runconfig.model_config import load_model_config
+from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
 from mgft_doctor.probes.workers._model_shrink import is_moe
 
 from . import _codes

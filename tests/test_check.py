@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mgft_doctor.launcher import worker_script
+from mgft_doctor.launch import worker_script
 from mgft_doctor.probes import _codes
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mgft_doctor import dsconfig_rules
+from mgft_doctor.runconfig import ds_rules as dsconfig_rules
 from mgft_doctor.runconfig import load_run_config
 
 Z3_AUTO = {

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from mgft_doctor.catalog import load_catalog
-from mgft_doctor.codes import render_docs
+from mgft_doctor.catalog.pages import render_docs
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "codes"
 
@@ -15,7 +15,7 @@ def test_code_pages_in_sync_with_catalog():
     missing = sorted(set(pages) - set(on_disk))
     changed = sorted(n for n in pages if n in on_disk and on_disk[n] != pages[n])
     assert not (stale or missing or changed), (
-        f"docs/codes out of date (run `python -m mgft_doctor.codes docs/codes`): "
+        f"docs/codes out of date (run `python -m mgft_doctor.catalog docs/codes`): "
         f"stale {stale}, missing {missing}, changed {changed}")
 
 

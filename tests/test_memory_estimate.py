@@ -5,7 +5,7 @@ import pytest
 import torch
 import transformers
 
-from mgft_doctor import memory_estimate as me
+from mgft_doctor.runconfig import memory as me
 
 SMALL = dict(hidden_size=64, num_hidden_layers=3, intermediate_size=176, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=1000)

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from mgft_doctor.context import Context, Options
-from mgft_doctor.probe import Status
+from mgft_doctor.check.context import Context, Options
+from mgft_doctor.check.probe import Status
 from mgft_doctor.probes import _codes, config_zero3_guards, zero3_model
 from mgft_doctor.probes.workers import _model_shrink as shrink
 

@@ -11,10 +11,10 @@ import venv
 
 import pytest
 from mgft_doctor.catalog import find_entry, load_catalog
-from mgft_doctor.context import Context, Options
-from mgft_doctor.probe import Status
+from mgft_doctor.check.context import Context, Options
+from mgft_doctor.check.probe import Status
 from mgft_doctor.probes import _codes, deepspeed_install, deepspeed_ops
-from mgft_doctor.runner import run_probe
+from mgft_doctor.check.runner import run_probe
 
 BIN = os.path.dirname(sys.executable)
 

@@ -13,11 +13,11 @@ from importlib import metadata
 
 import pytest
 from mgft_doctor.catalog import CatalogError, load_catalog, parse_entry
-from mgft_doctor.context import Context, Options
-from mgft_doctor.probe import Status
+from mgft_doctor.check.context import Context, Options
+from mgft_doctor.check.probe import Status
 from mgft_doctor.probes import _codes
 from mgft_doctor.probes import versions_compat as vc
-from mgft_doctor.runner import run_probe
+from mgft_doctor.check.runner import run_probe
 
 
 def lf_source() -> str:

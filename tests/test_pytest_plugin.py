@@ -14,20 +14,20 @@ import textwrap
 import uuid
 import xml.etree.ElementTree as ET
 
-import mgft_doctor.check_cli
+import mgft_doctor.cli.check
 import mgft_doctor.explain
-import mgft_doctor.probes_registry
-import mgft_doctor.pytest_explain
-import mgft_doctor.pytest_probes
-import mgft_doctor.pytest_ranks
+import mgft_doctor.check.registry
+import mgft_doctor.pytest_plugin.explain
+import mgft_doctor.pytest_plugin.probes
+import mgft_doctor.pytest_plugin.ranks
 import pytest
 
 from mgft_doctor.probes._codes import RANK_DIED
-from mgft_doctor.probe import Finding, Probe, Status, result, skipped
+from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
 
 # In-process pytester runs drop the modules first imported during the run; the doctor's (and
 # yaml's, whose C loader keeps per-class state) must outlive them, so they are imported here.
-mgft_doctor.probes_registry.all_probes()
+mgft_doctor.check.registry.all_probes()
 mgft_doctor.explain.load_catalog()
 
 NO_SYNC = ("[rank0]: AssertionError: no_sync context manager is incompatible with gradient partitioning "
@@ -77,7 +77,7 @@ FAKES = [Probe("fake.pass", "Always passes", _pass), Probe("fake.warn", "Warns",
 @pytest.fixture
 def fakes(monkeypatch):
     """The registry holds the fake probes during this test's in-process pytest runs."""
-    import mgft_doctor.probes_registry as registry  # the module in sys.modules now, as the plugin will see it
+    import mgft_doctor.check.registry as registry  # the module in sys.modules now, as the plugin will see it
 
     CALLS.clear()
     monkeypatch.setattr(registry, "all_probes", lambda: list(FAKES))
@@ -110,7 +110,7 @@ def test_plugin_is_registered_and_light():
             "ep = [e for e in m.entry_points(group='pytest11') if e.name == 'mgft_doctor'][0]; "
             "ep.load(); print(sorted(n for n in sys.modules if n.startswith('mgft_doctor') or n == 'torch'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
-    assert json.loads(out.strip().replace("'", '"')) == ["mgft_doctor", "mgft_doctor.pytest_plugin"]
+    assert json.loads(out.strip().replace("'", '"')) == ["mgft_doctor", "mgft_doctor.pytest_plugin", "mgft_doctor.pytest_plugin.state"]
 
 
 def test_inactive_without_the_option(pytester):
@@ -135,7 +135,7 @@ def test_inactive_without_the_option(pytester):
     out = res.stdout.str()
     assert "mgft-doctor::" not in out and "mgft-doctor diagnos" not in out and "mgft-doctor 0" not in out
     # nothing of the doctor was imported beyond the plugin module itself
-    assert [ln for ln in res.stdout.lines if ln.startswith("LOADED")] == ["LOADED mgft_doctor.pytest_plugin"]
+    assert [ln for ln in res.stdout.lines if ln.startswith("LOADED")] == ["LOADED mgft_doctor.pytest_plugin mgft_doctor.pytest_plugin.state"]
     assert "mgft_doctor" not in (pytester.path / "out.xml").read_text()
     collected = pytester.runpytest_subprocess("--co", "-q").stdout.str()
     assert "mgft-doctor::" not in collected and "2 tests collected" in collected
@@ -176,7 +176,7 @@ def test_probes_become_items(pytester, fakes):
 
 
 def test_broken_probe_module_is_a_collection_error(pytester, monkeypatch):
-    import mgft_doctor.probes_registry as registry
+    import mgft_doctor.check.registry as registry
 
     def broken():
         raise ImportError("cannot import name 'Thing' from 'mgft_doctor.probes.zero3_model'")

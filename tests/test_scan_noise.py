@@ -6,7 +6,7 @@ import random
 
 from mgft_doctor.catalog import load_catalog
 from mgft_doctor.explain import _triggers, explain_text
-from mgft_doctor.scanner import scan
+from mgft_doctor.explain.scan import scan
 from mgft_doctor.explain import LogSource
 import io
 

@@ -1,4 +1,4 @@
-from mgft_doctor.topology import Topology, parse_topo_matrix
+from mgft_doctor.check.topology import Topology, parse_topo_matrix
 
 # `nvidia-smi topo -m` as printed on the two-H200 machine (the header is underlined with ANSI codes)
 H200_X2 = ("\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"

@@ -1,0 +1,74 @@
+"""The `mgft-doctor` command: the top parser and dispatch; one module per command (check, the
+default; explain; codes; fix). Every failure of the doctor's input ends as one line on stderr and
+a documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .. import __version__
+from ..errors import EXIT_CRASH, EXIT_OK, EXIT_USAGE, DoctorError
+
+COMMANDS = ("check", "explain", "codes", "fix")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own exit code is 2 as well; keep one line
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"mgft-doctor: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="mgft-doctor", description="Diagnose multi-GPU fine-tuning before and after it fails.")
+    p.add_argument("--version", action="version", version=f"mgft-doctor {__version__}")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+
+    from .check import add_check_arguments
+    add_check_arguments(sub.add_parser("check", help="probe this machine (the default command)"))
+
+    from . import codes, explain, fix
+    explain.add_arguments(sub.add_parser("explain", help="find the root cause of a failed training log"))
+    codes.add_arguments(sub.add_parser("codes", help="list the known-errors catalog, or show one code's page"))
+    fix.add_arguments(sub.add_parser("fix", help="show the repair of a DeepSpeed JSON or LLaMA-Factory YAML as a diff"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+        argv.insert(0, "check")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except DoctorError as exc:
+        sys.stderr.write(f"mgft-doctor: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("mgft-doctor: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # the doctor itself crashed: say so in one line, details on request
+        if os.environ.get("MGFT_DOCTOR_DEBUG"):
+            raise
+        sys.stderr.write(f"mgft-doctor: internal error: {type(exc).__name__}: {exc} "
+                         "(set MGFT_DOCTOR_DEBUG=1 for the traceback)\n")
+        return EXIT_CRASH
+
+
+def _dispatch(args) -> int:
+    if args.command == "explain":
+        from .explain import run_explain
+        return run_explain(args)
+    if args.command == "codes":
+        from .codes import run_codes
+        return run_codes(args)
+    if args.command == "fix":
+        from .fix import run_fix
+        return run_fix(args)
+    from .check import run_check
+    return run_check(args)

@@ -1,0 +1,86 @@
+"""`mgft-doctor check` (the default command): run the probes that apply to this machine and the
+given run config, show them as flutter-doctor rows, or print the mgft-doctor/check/1 JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+from rich.console import Console
+
+from ..check.context import Context, Options
+from ..errors import EXIT_CRASH, EXIT_FAILURE, EXIT_OK, DoctorError
+from ..check.probe import Status
+from ..check.registry import select
+from ..check.runner import run_all
+from ..text import split_csv
+
+SCHEMA = "mgft-doctor/check/1"
+
+
+def add_check_arguments(p) -> None:
+    p.add_argument("config", nargs="?", help="LLaMA-Factory train YAML or DeepSpeed JSON: adds the run-specific probes")
+    p.add_argument("--model", help="model folder (or hub id) whose architecture zero3.model tries under ZeRO-3")
+    p.add_argument("--deepspeed", help="DeepSpeed JSON (overrides the one the YAML names)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow the model's own Python code to run")
+    p.add_argument("--json", action="store_true", help="print the mgft-doctor/check/1 JSON object")
+    p.add_argument("-v", "--verbose", action="store_true", help="show what each probe ran and saw")
+    p.add_argument("--only", action="append", default=[], metavar="ID",
+                   help="run only these probe ids or families (repeatable, comma-separated): --only nccl")
+    p.add_argument("--skip", action="append", default=[], metavar="ID", help="skip these probe ids or families")
+    p.add_argument("--nproc", type=int, default=None, help="ranks per node for multi-rank probes (default: visible GPUs, at least 2)")
+    p.add_argument("--timeout", type=float, default=300.0, help="time limit in seconds for each multi-rank run or build (default 300)")
+    p.add_argument("--strict", action="store_true", help="warnings fail too (exit code 1)")
+    p.add_argument("--python", default=sys.executable, help="the Python of the training environment (default: this one)")
+    p.add_argument("--nnodes", type=int, default=None, help="nodes in the run (default $NNODES or 1)")
+    p.add_argument("--node-rank", type=int, default=None, help="this node's rank (default $NODE_RANK or 0)")
+    p.add_argument("--master-addr", default=None, help="rendezvous host (default $MASTER_ADDR or 127.0.0.1)")
+    p.add_argument("--master-port", type=int, default=None, help="rendezvous port (default $MASTER_PORT or a free one)")
+    p.add_argument("--list", action="store_true", help="list the probes and exit")
+
+
+def options_from_args(args) -> Options:
+    return Options.from_env(
+        nproc=args.nproc, timeout=args.timeout, python=args.python, nnodes=args.nnodes, node_rank=args.node_rank,
+        master_addr=args.master_addr, master_port=args.master_port, config=args.config, model=args.model,
+        deepspeed=args.deepspeed, trust_remote_code=args.trust_remote_code)
+
+
+def exit_code(results, strict: bool) -> int:
+    statuses = {r.status for r in results}
+    if Status.FAIL in statuses or (strict and Status.WARN in statuses):
+        return EXIT_FAILURE
+    if Status.ERROR in statuses:
+        return EXIT_CRASH
+    return EXIT_OK
+
+
+def run_check(args) -> int:
+    from ..check.registry import all_probes
+    from ..check.report import Progress, render_results
+
+    probes = all_probes()
+    if args.list:
+        for p in probes:
+            print(f"{p.id:22} {p.title}")
+        return EXIT_OK
+    options = options_from_args(args)
+    found = options.python if os.path.isfile(options.python) else shutil.which(options.python)
+    if not found:
+        raise DoctorError(f"--python {options.python}: no such interpreter")
+    options.python = found
+    ctx = Context(options)
+    if options.config or options.deepspeed:
+        _ = ctx.run_config  # a broken YAML/JSON is bad input: exit 2 before any probe runs
+    selected = select(probes, split_csv(args.only), split_csv(args.skip))
+    console = Console(stderr=True, highlight=False)
+    progress = Progress(console, enabled=not args.json and console.is_terminal)
+    results = run_all(selected, ctx, on_start=progress.start, on_done=progress.done)
+    progress.stop()
+    if args.json:
+        sys.stdout.write(json.dumps({"schema": SCHEMA, "probes": [r.to_json() for r in results]}, ensure_ascii=False) + "\n")
+    else:
+        render_results(results, Console(highlight=False), verbose=args.verbose)
+    return exit_code(results, args.strict)

@@ -1,0 +1,269 @@
+"""Read the failure out of a multi-rank log: Python tracebacks per rank, torchrun's
+ChildFailedError summary, launcher exit codes, signals, NCCL and compiler errors.
+
+The root cause is the first failing rank's own error: not the SIGTERM its neighbours got, not
+the launcher's summary, not the wrapper exception of the CLI that started torchrun."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .lines import LogLine
+
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+           9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
+
+# An exception line: 'ValueError: ...', 'torch.OutOfMemoryError: ...', 'KeyboardInterrupt'.
+EXCEPTION_LINE = re.compile(
+    r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*?)?(?:Error|Exception|Interrupt|Exit|Failure))(?::\s?(?P<msg>.*))?$"
+)
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
+# Exceptions that only wrap or report a failure that happened elsewhere.
+WRAPPER_EXCEPTIONS = re.compile(
+    r"ChildFailedError|SignalException|^subprocess\.CalledProcessError: Command '\[?'?(?:torchrun|deepspeed|accelerate|ninja|python\S*', '-m', 'torch\.distributed)"
+)
+_ROOT_CAUSE_HEADER = re.compile(r"Root Cause \(first observed failure\)")
+_SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_LAUNCHER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+_DS_LAUNCHER_EXIT = re.compile(r"exits with return code = (-?\d+)")
+_NONZERO_EXIT = re.compile(r"(?:returned non-zero exit status|exit status|exited with code) (-?[1-9]\d*)")
+
+# Lines that are a failure on their own, whatever comes after them; (kind, pattern).
+PRIMARY_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("signal", re.compile(r"^(?:Killed|Segmentation fault|Bus error|Aborted|Illegal instruction|Floating point exception)(?: \(core dumped\))?\b|\bSegmentation fault \(core dumped\)|: line \d+: +\d+ (?:Killed|Segmentation fault|Bus error|Aborted)")),
+    ("signal", re.compile(r"^Fatal Python error:|^terminate called (?:after throwing|without an active exception)")),
+    ("nccl", re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b|ProcessGroupNCCL.*(?:timed out|Timeout)|DistBackendError|socketStartConnect|Connection reset by peer|ncclCommInitRank failed")),
+    ("cuda", re.compile(r"CUDA out of memory|CUDA error: |CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cudaError\w+|device-side assert triggered|no CUDA GPUs are available|invalid device ordinal")),
+    ("compiler", re.compile(r"^(?:\S+:\d+(?::\d+)?: )?(?:fatal )?error: |^FAILED: |^ERROR: No supported gcc|^ninja: build stopped|^collect2: error|^/usr/bin/ld: cannot find|error: command '.*' failed|nvcc fatal|^\S+: \d+: \S+: not found$|^/bin/(?:ba)?sh: .*not found")),
+    ("cli", re.compile(r"^\S+: error: (?:the following arguments are required|unrecognized arguments|argument )|command not found$|^usage: .*\n?.*error:")),
+    ("oom-killer", re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_reaper: reaped process|"
+                              r"Detected \d+ oom.kill event|cgroup out-of-memory handler|task \d+: Out Of Memory")),
+)
+# NCCL WARN lines are not a failure on their own (healthy runs print some: a missing
+# libibverbs on a node without InfiniBand); when the run fails, the last ones printed shortly
+# before the first error usually say why, so they may be its root.
+NCCL_WARN = re.compile(r"NCCL WARN")
+BENIGN_NCCL_WARN = re.compile(r"Failed to open libibverbs|NET/Plugin|Could not find|libnccl-net")
+WARN_BEFORE_ERROR_LINES = 200
+UNRAISABLE = re.compile(r"^Exception ignored in")  # Python's unraisable hook: an error in __del__, not a failure
+UNRAISABLE_WINDOW = 30
+# Lines that say something failed but only echo a failure reported elsewhere.
+SECONDARY_LINES = re.compile(
+    r"closing signal SIGTERM|closing signal SIGINT|Killing subprocess|sigkill_handler|"
+    r"Some NCCL operations have failed or timed out|To avoid data inconsistency|"
+    r"NCCL watchdog thread terminated|Received \d+ death signal|Received Signals\.|ChildFailedError|"
+    r"Heartbeat monitor timed out"
+)
+
+
+@dataclass
+class Traceback:
+    """One traceback as printed by one rank: frames (file names), the exception and its message."""
+
+    rank: int | None
+    start: int  # line number of 'Traceback (most recent call last):'
+    files: list[str] = field(default_factory=list)
+    frames: list[LogLine] = field(default_factory=list)
+    exception: LogLine | None = None
+    exc_type: str = ""
+    message: list[LogLine] = field(default_factory=list)
+    source: int = 0
+
+
+@dataclass
+class FailureEvent:
+    kind: str  # exception, signal, nccl, cuda, compiler, cli, oom-killer, exit
+    line: LogLine
+    primary: bool
+    exit_code: int | None = None
+    traceback: Traceback | None = None
+
+
+@dataclass
+class FailureAnalysis:
+    events: list[FailureEvent]
+    tracebacks: list[Traceback]
+    failed_rank: int | None  # torchrun's 'Root Cause' rank, or the rank of the root error
+    exit_codes: list[int]
+    root: FailureEvent | None
+    root_lines: set[tuple[int, int]]  # (source, line no) of the root error and its traceback
+
+    @property
+    def failure(self) -> bool:
+        return self.root is not None
+
+
+class FailureReader:
+    """Fed the salient lines in order; builds tracebacks per rank and the failure events."""
+
+    def __init__(self) -> None:
+        self.events: list[FailureEvent] = []
+        self.tracebacks: list[Traceback] = []
+        self._open: dict[tuple[int, int | None], Traceback] = {}
+        self._in_summary = False
+        self._summary_rank: int | None = None
+        self.summary_exit: int | None = None
+        self.failed_rank: int | None = None
+        self.exit_codes: list[int] = []
+        self.nccl_warnings: list[LogLine] = []
+        self._unraisable_until: dict[tuple[int, int | None], int] = {}
+
+    def feed(self, line: LogLine) -> None:
+        text = line.text
+        key = (line.source, line.rank)
+        stripped = text.strip()
+        if UNRAISABLE.match(stripped):
+            self._unraisable_until[key] = line.no + UNRAISABLE_WINDOW
+            return
+        if stripped.startswith("Traceback (most recent call last)"):
+            self._open[key] = Traceback(line.rank, line.no, source=line.source)
+            return
+        tb = self._open.get(key)
+        if tb is not None:
+            fm = _FRAME.match(text)
+            if fm:
+                tb.files.append(fm.group("file"))
+                tb.frames.append(line)
+                return
+            # an open traceback has no exception yet: it is closed when its exception line comes
+            if text[:1].isspace():
+                return  # a source line under a frame, or C++ frames
+            em = EXCEPTION_LINE.match(stripped)
+            if em:
+                tb.exception = line
+                tb.exc_type = em.group("type")
+                self.tracebacks.append(tb)
+                del self._open[key]
+                self._exception_event(line, tb)
+                return
+            if not stripped.startswith(("During handling", "The above exception")):
+                # a line of another stream broke in; keep the traceback open a while
+                if line.no - tb.start > 400:
+                    del self._open[key]
+        # torchrun's ChildFailedError summary
+        if _ROOT_CAUSE_HEADER.search(text):
+            self._in_summary = True
+            self._summary_rank = None
+            return
+        if self._in_summary:
+            m = _SUMMARY_RANK.match(text)
+            if m:
+                self._summary_rank = int(m.group(1))
+                if self.failed_rank is None:
+                    self.failed_rank = self._summary_rank
+                return
+            m = _SUMMARY_EXIT.match(text)
+            if m:
+                code = int(m.group(1))
+                self.summary_exit = code
+                self.exit_codes.append(code)
+                self.events.append(FailureEvent("exit", line, primary=False, exit_code=code))
+                self._in_summary = False
+                return
+        m = _LAUNCHER_FAILED.search(text)
+        if m:
+            code = int(m.group(1))
+            self.exit_codes.append(code)
+            if self.failed_rank is None and line.rank is None:
+                self.failed_rank = int(m.group(2))
+            self.events.append(FailureEvent("exit", line, primary=False, exit_code=code))
+            return
+        m = _DS_LAUNCHER_EXIT.search(text)
+        if m and m.group(1) != "0":
+            code = int(m.group(1))
+            self.exit_codes.append(code)
+            self.events.append(FailureEvent("exit", line, primary=False, exit_code=code))
+            return
+        if SECONDARY_LINES.search(text):
+            return
+        for kind, pattern in PRIMARY_LINES:
+            if pattern.search(stripped):
+                self.events.append(FailureEvent(kind, line, primary=True))
+                return
+        if NCCL_WARN.search(stripped) and not BENIGN_NCCL_WARN.search(stripped):
+            self.nccl_warnings.append(line)
+            return
+        em = EXCEPTION_LINE.match(stripped)
+        if em and em.group("msg") is not None and not stripped.startswith(("Exception ignored", "Warning")):
+            # an exception echoed without its traceback ('[rank3]: AssertionError: ...')
+            self._exception_event(line, None)
+            return
+        m = _NONZERO_EXIT.search(text)
+        if m:
+            self.events.append(FailureEvent("exit", line, primary=False, exit_code=int(m.group(1))))
+
+    def _exception_event(self, line: LogLine, tb: Traceback | None) -> None:
+        stripped = line.text.strip()
+        until = self._unraisable_until.get((line.source, line.rank))
+        if until is not None and line.no <= until:
+            del self._unraisable_until[(line.source, line.rank)]
+            return  # raised in a destructor at interpreter exit: printed, ignored, not a failure
+        wrapper = bool(WRAPPER_EXCEPTIONS.search(stripped))
+        # llamafactory-cli's own traceback only reports that torchrun, its child, failed
+        if tb is not None and tb.exc_type.endswith("CalledProcessError") and tb.files and tb.files[0].endswith(("llamafactory-cli", "/cli.py")):
+            wrapper = True
+        self.events.append(FailureEvent("exception", line, primary=not wrapper, traceback=tb))
+
+    def finish(self) -> FailureAnalysis:
+        for tb in self._open.values():
+            if tb.frames:  # a traceback cut off at the end of the log
+                self.tracebacks.append(tb)
+        primaries = [e for e in self.events if e.primary]
+        root = None
+        if primaries:
+            first = min(e.line.no for e in primaries if e.line.source == primaries[0].line.source)
+            warns = [FailureEvent("nccl", w, primary=True) for w in self.nccl_warnings
+                     if w.source == primaries[0].line.source and first - WARN_BEFORE_ERROR_LINES <= w.no <= first]
+            pool = sorted(warns + primaries, key=lambda e: (e.line.source, e.line.no))
+            if self.failed_rank is not None:
+                # drop the errors other ranks printed; rank-less lines (compiler, NCCL, shell) stay
+                own = [e for e in pool if e.line.rank in (self.failed_rank, None)]
+                if own:
+                    pool = own
+            root = _first_meaningful(pool)
+        else:
+            failing_exits = [e for e in self.events if e.kind == "exit" and e.exit_code not in (0, None)]
+            if failing_exits:
+                # no error of the rank's own: the exit code is all we have (e.g. -9 from the OOM killer)
+                summary = [e for e in failing_exits if e.exit_code == self.summary_exit]
+                root = (summary or failing_exits)[0]
+        failed_rank = self.failed_rank
+        if failed_rank is None and root is not None:
+            failed_rank = root.line.rank
+        root_lines: set[tuple[int, int]] = set()
+        if root is not None:
+            root_lines.add((root.line.source, root.line.no))
+            tb = root.traceback
+            if tb is not None:
+                root_lines.update((tb.source, f.no) for f in tb.frames)
+                root_lines.add((tb.source, tb.start))
+        return FailureAnalysis(self.events, self.tracebacks, failed_rank, self.exit_codes, root, root_lines)
+
+
+BUILD_OUTPUT_LINES = 60  # how far after ninja's 'FAILED: target' the compiler's own message may come
+
+
+def _first_meaningful(events: list[FailureEvent]) -> FailureEvent:
+    """The earliest primary error, preferring a real error over a user's Ctrl-C, and the
+    compiler's diagnostic over ninja's 'FAILED: <target>' line that announces it."""
+    for i, e in enumerate(events):
+        if e.kind == "exception" and e.line.text.strip().startswith("KeyboardInterrupt"):
+            continue
+        if e.kind == "compiler" and e.line.text.lstrip().startswith("FAILED: "):
+            follow = next((f for f in events[i + 1:] if f.kind == "compiler" and f.line.source == e.line.source
+                           and f.line.no - e.line.no <= BUILD_OUTPUT_LINES
+                           and not f.line.text.lstrip().startswith(("FAILED: ", "ninja: "))), None)
+            if follow is not None:
+                return follow
+        return e
+    return events[0]
+
+
+def analyse(lines: Iterable[LogLine]) -> FailureAnalysis:
+    reader = FailureReader()
+    for line in lines:
+        reader.feed(line)
+    return reader.finish()

@@ -1,0 +1,60 @@
+"""How `explain` speaks to a person: the root error with its line, then each diagnosis with
+what happened, the fixes in order and the evidence lines."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+from . import ExplainReport
+
+GENERIC_STEPS = [
+    "Read the root-cause error above: it is the first failing rank's own error; the SIGTERMs and "
+    "ChildFailedError that follow it are only the launcher stopping the other ranks.",
+    "Re-run on one GPU without DeepSpeed (or with ZeRO-0): if it passes, the failure is in the "
+    "distributed setup; if it fails the same way, it is in the model, data or script.",
+    "Re-run with NCCL_DEBUG=WARN and TORCH_DISTRIBUTED_DEBUG=DETAIL to get each rank's own error.",
+    "Run `mgft-doctor check your_train.yaml` to probe GPUs, NCCL, DeepSpeed and the config.",
+]
+
+
+def render(report: ExplainReport, console: Console, verbose: bool = False) -> None:
+    names = ", ".join(report.sources)
+    if not report.failure:
+        console.print(f"[green]✓[/] No failure found in {escape(names)} ({report.lines_read:,} lines read).")
+        return
+    where = []
+    if report.failed_rank is not None:
+        where.append(f"first failing rank {report.failed_rank}")
+    codes = sorted({c for c in report.exit_codes if c != 0})
+    if codes:
+        where.append("exit code " + ", ".join(str(c) for c in codes))
+    console.print(f"[bold red]✗ Training failed[/] in {escape(names)}" + (f" ({'; '.join(where)})" if where else ""))
+    if report.root_error is not None:
+        r = report.root_error
+        console.print(f"  Root error, line {r.no}" + (f" (rank {r.rank})" if r.rank is not None else "") + ":")
+        console.print(f"    [red]{escape(r.text.strip()[:400])}[/]")
+    if report.versions and verbose:
+        console.print("  Versions: " + ", ".join(f"{k} {v} ({report.version_origin.get(k, 'log')})" for k, v in sorted(report.versions.items())))
+    console.print()
+    if not report.diagnoses:
+        console.print("[yellow]No known failure class matched this log.[/] Next steps:")
+        for i, step in enumerate(GENERIC_STEPS, 1):
+            console.print(f"  {i}. {escape(step)}")
+        return
+    shown = report.diagnoses if verbose else report.diagnoses[:2]
+    for n, d in enumerate(shown):
+        label = "Most likely" if n == 0 else "Also possible"
+        console.print(f"[bold]{label}: [cyan]{d.code}[/] {escape(d.title)}[/]  [dim](confidence {d.confidence:.2f})[/]")
+        console.print(f"  [bold]What happened:[/] {escape(d.explanation)}")
+        console.print("  [bold]Fix:[/]")
+        for i, fix in enumerate(d.fixes, 1):
+            console.print(f"    {i}. {escape(fix)}")
+        console.print("  [bold]Evidence:[/]")
+        for ev in d.evidence[: 8 if verbose else 3]:
+            console.print(f"    line {ev.no}: [dim]{escape(ev.text.strip()[:200])}[/]")
+        console.print(f"  More: [cyan]mgft-doctor codes {d.code}[/]")
+        console.print()
+    rest = len(report.diagnoses) - len(shown)
+    if rest > 0:
+        console.print(f"[dim]{rest} less likely diagnoses hidden; -v shows them.[/]")

@@ -1,0 +1,61 @@
+"""The explain/1 contract: a diagnosis, the report, and its JSON (DESIGN.md §5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .lines import LogLine
+
+SCHEMA = "mgft-doctor/explain/1"
+
+
+@dataclass
+class Diagnosis:
+    code: str
+    title: str
+    confidence: float
+    explanation: str
+    fixes: list[str]
+    evidence: list[LogLine]
+    rank: int | None
+    references: list[str]
+
+
+@dataclass
+class ExplainReport:
+    sources: list[str]
+    failure: bool
+    diagnoses: list[Diagnosis]
+    root_error: LogLine | None
+    root_kind: str | None
+    failed_rank: int | None
+    exit_codes: list[int]
+    versions: dict[str, str]
+    version_origin: dict[str, str] = field(default_factory=dict)
+    bytes_read: int = 0
+    lines_read: int = 0
+
+    def to_json(self) -> dict:
+        multi = len(self.sources) > 1
+
+        def ev(line: LogLine) -> dict:
+            d = {"line": line.no, "text": line.text.strip()[:500]}
+            if multi:
+                d["file"] = self.sources[line.source]
+            return d
+
+        return {
+            "schema": SCHEMA,
+            "failure": self.failure,
+            "diagnoses": [
+                {"code": d.code, "title": d.title, "confidence": d.confidence,
+                 "explanation": d.explanation, "fixes": d.fixes,
+                 "evidence": [ev(e) for e in d.evidence], "rank": d.rank,
+                 "references": d.references}
+                for d in self.diagnoses
+            ],
+            "root_error": ev(self.root_error) if self.root_error else None,
+            "failed_rank": self.failed_rank,
+            "exit_codes": sorted(set(self.exit_codes)),
+            "versions": self.versions,
+        }

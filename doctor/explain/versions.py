@@ -1,0 +1,86 @@
+"""Versions of the training stack: those a log reveals (env dumps, pip output, site-packages
+paths, DeepSpeed's banner) and those installed here, read from package metadata without
+importing the packages (importing torch or deepspeed takes seconds and may itself fail)."""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+
+
+# the distributions whose installed versions matter to a diagnosis (package metadata names)
+INSTALLED = ("llamafactory", "transformers", "accelerate", "deepspeed", "peft", "trl", "datasets",
+             "torch", "tokenizers", "bitsandbytes", "flash-attn", "vllm", "torchvision")
+WATCHED = ("llamafactory", "transformers", "accelerate", "deepspeed", "peft", "trl", "datasets",
+           "torch", "tokenizers", "bitsandbytes", "flash-attn", "vllm", "nccl", "python", "cuda")
+_ALIASES = {
+    "pytorch": "torch", "torch": "torch", "llamafactory": "llamafactory", "llama-factory": "llamafactory",
+    "llama_factory": "llamafactory", "llmtuner": "llamafactory", "transformers": "transformers",
+    "accelerate": "accelerate", "deepspeed": "deepspeed", "peft": "peft", "trl": "trl",
+    "datasets": "datasets", "tokenizers": "tokenizers", "bitsandbytes": "bitsandbytes",
+    "flash-attn": "flash-attn", "flash_attn": "flash-attn", "vllm": "vllm", "nccl": "nccl",
+    "python": "python", "cuda": "cuda",
+}
+_V = r"(\d+\.\d+(?:\.\d+)?(?:\.?(?:post|dev|rc|a|b)\d+)?)"
+_NAME = r"(pytorch|torch|llama[-_]?factory|llmtuner|transformers|accelerate|deepspeed|peft|trl|datasets|tokenizers|bitsandbytes|flash[-_]attn|vllm|python)"
+_PATTERNS = (
+    # llamafactory-cli env / transformers env / accelerate env: '- `transformers` version: 4.46.1'
+    re.compile(rf"^\s*[-*]?\s*`?{_NAME}`?\s+version:?\s*{_V}", re.I),
+    # pip freeze / requirements / pip install: 'deepspeed==0.16.0', 'Successfully installed deepspeed-0.16.0'
+    re.compile(rf"\b{_NAME}\s*==\s*{_V}", re.I),
+    re.compile(rf"(?:Successfully installed|Requirement already satisfied:).*?\b{_NAME}-{_V}", re.I),
+    # site-packages/deepspeed-0.16.0-py3.10.egg or .dist-info
+    re.compile(rf"site-packages/{_NAME}-{_V}", re.I),
+    # DeepSpeed's banner and ds_report
+    re.compile(r"(DeepSpeed) info: version=" + _V, re.I),
+    re.compile(rf"^\s*{_NAME}\s+(?:info|version)\s*\.{{3,}}\s*\[?{_V}", re.I),
+    re.compile(r"^(NCCL) version " + _V),
+    re.compile(r"(python)(\d\.\d+)/(?:site|dist)-packages"),
+)
+_CUDA_LINE = re.compile(r"\b(CUDA) (?:Version|version):?\s*" + _V)
+_PIP_SHOW = re.compile(r"pip3? show ([\w.-]+)")
+_PIP_SHOW_VERSION = re.compile(r"^Version:\s*" + _V)
+
+
+class LogVersions:
+    """Collects package versions mentioned in a log; the last mention wins."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, str] = {}
+        self._pip_show: str | None = None
+
+    def feed(self, text: str) -> None:
+        if "ersion" not in text and "==" not in text and "-packages/" not in text and "nstalled" not in text \
+                and "pip" not in text and "....." not in text:
+            return
+        m = _PIP_SHOW.search(text)
+        if m:
+            self._pip_show = m.group(1)
+            return
+        if self._pip_show:
+            m = _PIP_SHOW_VERSION.match(text.strip())
+            if m:
+                self._record(self._pip_show, m.group(1))
+                self._pip_show = None
+                return
+        m = _CUDA_LINE.search(text)
+        if m:
+            self._record("cuda", m.group(2))
+        for pattern in _PATTERNS:
+            for m in pattern.finditer(text):
+                self._record(m.group(1), m.group(2))
+
+    def _record(self, name: str, version: str) -> None:
+        key = _ALIASES.get(name.lower().replace(" ", ""))
+        if key:
+            self.found[key] = version
+
+
+def installed_versions() -> dict[str, str]:
+    out = {}
+    for dist in INSTALLED:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out

@@ -1,0 +1,228 @@
+"""Rules over a DeepSpeed JSON (and the LLaMA-Factory YAML that uses it): what is wrong, and
+the repair. The config probes report the problems; `mgft-doctor fix` applies the repairs.
+Each rule is a function (RunConfig, world_size, gpu_bf16) -> list[Problem]."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import RunConfig
+
+AUTO_KEYS_INFO = "the HF Trainer (and accelerate) replace \"auto\" from TrainingArguments; deepspeed.initialize does not"
+HUGE_DDP_TIMEOUT_S = 6 * 3600
+
+
+@dataclass
+class Problem:
+    key: str  # e.g. 'CODE' symbolic name in probes/_codes.py
+    message: str
+    fix: str
+    severity: str = "fail"  # 'fail' or 'warn'
+    repair: Callable[[dict], None] | None = None  # edits the DeepSpeed dict in place
+    paths: list[str] = field(default_factory=list)
+
+
+def _auto_paths(node: Any, prefix: str = "") -> list[str]:
+    out = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _auto_paths(v, f"{prefix}.{k}" if prefix else k)
+    elif isinstance(node, str) and node.strip().lower() == "auto":
+        out.append(prefix)
+    return out
+
+
+def _set(d: dict, path: str, value) -> None:
+    keys = path.split(".")
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+    d[keys[-1]] = value
+
+
+def _get(d: dict, path: str, default=None):
+    for k in path.split("."):
+        if not isinstance(d, dict) or k not in d:
+            return default
+        d = d[k]
+    return d
+
+
+def _num(v) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return v
+    return None
+
+
+def auto_values(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
+    ds = rc.ds or {}
+    paths = _auto_paths(ds)
+    if not paths:
+        return []
+    if rc.yaml_path:
+        return []  # LLaMA-Factory runs the HF Trainer, which fills every "auto"
+    micro = _num(ds.get("train_micro_batch_size_per_gpu")) or 1
+    gas = _num(ds.get("gradient_accumulation_steps")) or 1
+    values = {
+        "train_micro_batch_size_per_gpu": int(micro), "gradient_accumulation_steps": int(gas),
+        "train_batch_size": int(micro * gas * world), "gradient_clipping": 1.0,
+        "fp16.enabled": False, "bf16.enabled": bool(gpu_bf16),
+        "zero_optimization.reduce_bucket_size": 500_000_000,
+        "zero_optimization.stage3_prefetch_bucket_size": 50_000_000,
+        "zero_optimization.stage3_param_persistence_threshold": 100_000,
+        "zero_optimization.allgather_bucket_size": 500_000_000,
+    }
+
+    def repair(d: dict) -> None:
+        for p in _auto_paths(d):
+            if p in values:
+                _set(d, p, values[p])
+            elif p.endswith(".lr") or p.endswith("warmup_max_lr"):
+                _set(d, p, 1e-5)
+            elif p.endswith("warmup_min_lr"):
+                _set(d, p, 0.0)
+            elif p.endswith("warmup_num_steps"):
+                _set(d, p, 0)
+            elif p.endswith("total_num_steps"):
+                _set(d, p, 1000)
+            elif p.endswith("weight_decay"):
+                _set(d, p, 0.0)
+            elif p.endswith("betas"):
+                _set(d, p, [0.9, 0.999])
+            elif p.endswith("eps"):
+                _set(d, p, 1e-8)
+
+    return [Problem(
+        "DS_AUTO_OUTSIDE_TRAINER",
+        f"{len(paths)} value(s) are \"auto\" ({', '.join(paths[:6])}{'…' if len(paths) > 6 else ''}): "
+        f"assumed this JSON is used through the HF Trainer/accelerate/LLaMA-Factory, which fill them; "
+        f"{AUTO_KEYS_INFO}, so a script calling it directly fails",
+        f"Keep \"auto\" for HF Trainer / LLaMA-Factory runs; for deepspeed.initialize, set numbers "
+        f"(`mgft-doctor fix CONFIG --world-size {world}` writes them).",
+        "warn", repair, paths)]
+
+
+def batch_arithmetic(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
+    ds = rc.ds or {}
+    tb, micro, gas = (_num(ds.get(k)) for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
+    out = []
+    if rc.yaml_path:
+        y_micro = rc.yaml.get("per_device_train_batch_size", 1)
+        y_gas = rc.yaml.get("gradient_accumulation_steps", 1)
+        for key, ds_v, y_v in (("train_micro_batch_size_per_gpu", micro, y_micro), ("gradient_accumulation_steps", gas, y_gas)):
+            if ds_v is not None and isinstance(y_v, int) and ds_v != y_v:
+                out.append(Problem(
+                    "DS_HF_MISMATCH",
+                    f"{key} is {ds_v:g} in the DeepSpeed JSON but the YAML gives {y_v}: the HF Trainer stops with "
+                    "'Please correct the following DeepSpeed config values that mismatch TrainingArguments values'",
+                    f"Set \"{key}\": \"auto\" in the DeepSpeed JSON (the Trainer fills it from the YAML).",
+                    "fail", lambda d, key=key: d.__setitem__(key, "auto")))
+        if tb is not None and isinstance(y_micro, int) and isinstance(y_gas, int) and tb != y_micro * y_gas * world:
+            out.append(Problem(
+                "DS_HF_MISMATCH",
+                f"train_batch_size {tb:g} != per_device_train_batch_size {y_micro} × gradient_accumulation_steps {y_gas} × "
+                f"{world} GPU(s) = {y_micro * y_gas * world}",
+                "Set \"train_batch_size\": \"auto\" in the DeepSpeed JSON.", "fail",
+                lambda d: d.__setitem__("train_batch_size", "auto")))
+        return out
+    if tb is not None and micro is not None and gas is not None and tb != micro * gas * world:
+        out.append(Problem(
+            "DS_BATCH_ARITHMETIC",
+            f"train_batch_size {tb:g} != train_micro_batch_size_per_gpu {micro:g} × gradient_accumulation_steps {gas:g} × "
+            f"world size {world} = {micro * gas * world:g}: DeepSpeed asserts 'Check batch related parameters'",
+            f"Make train_batch_size = micro × accumulation × GPUs ({micro * gas * world:g} on {world} GPU(s)), or give only "
+            "two of the three and let DeepSpeed derive the third.", "fail",
+            lambda d: d.__setitem__("train_batch_size", int(micro * gas * world))))
+    elif tb is not None and micro is not None and gas is None and tb % (micro * world):
+        out.append(Problem(
+            "DS_BATCH_ARITHMETIC",
+            f"train_batch_size {tb:g} is not a multiple of micro batch {micro:g} × {world} GPU(s): DeepSpeed cannot derive "
+            "an integer gradient_accumulation_steps", "Choose train_batch_size as a multiple of micro × GPUs.", "fail"))
+    return out
+
+
+def precision(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
+    ds = rc.ds or {}
+    fp16 = _get(ds, "fp16.enabled") is True
+    bf16 = _get(ds, "bf16.enabled") is True
+    out = []
+    if fp16 and bf16:
+        out.append(Problem("DS_CONFIG_INVALID", "fp16.enabled and bf16.enabled are both true: DeepSpeed refuses both",
+                           "Enable one of them (bf16 on Ampere or newer).", "fail",
+                           lambda d: _set(d, "fp16.enabled", False)))
+    wants_bf16 = bf16 or rc.yaml.get("bf16") is True or rc.yaml.get("pure_bf16") is True
+    if wants_bf16 and gpu_bf16 is False:
+        out.append(Problem("BF16_UNSUPPORTED", "bf16 is asked for but these GPUs have no bf16 (compute capability < 8.0)",
+                           "Use fp16 (fp16: true in the YAML; \"fp16\": {\"enabled\": \"auto\"}) or fp32 on this GPU.", "fail"))
+    return out
+
+
+def zero_sections(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
+    z = rc.zero
+    out = []
+    stage = z.get("stage", 0)
+    if not isinstance(stage, int) or stage not in (0, 1, 2, 3):
+        out.append(Problem("DS_CONFIG_INVALID", f"zero_optimization.stage is {stage!r}; DeepSpeed knows 0, 1, 2, 3",
+                           "Set an integer stage: 2 shards gradients and optimizer states, 3 the parameters too.", "fail"))
+        return out
+    for which in ("offload_optimizer", "offload_param"):
+        sec = z.get(which)
+        if isinstance(sec, dict) and str(sec.get("device", "")).lower() == "nvme" and not sec.get("nvme_path"):
+            out.append(Problem("DS_CONFIG_INVALID", f"zero_optimization.{which} offloads to nvme without nvme_path",
+                               f"Add \"nvme_path\": \"/local_nvme\" (a fast local disk) to {which}.", "fail"))
+    if which_param := z.get("offload_param"):
+        if isinstance(which_param, dict) and str(which_param.get("device", "none")).lower() != "none" and stage != 3:
+            out.append(Problem("DS_CONFIG_INVALID", f"offload_param is set but stage is {stage}: DeepSpeed offloads parameters only with ZeRO-3",
+                               "Use stage 3, or remove offload_param (offload_optimizer works with stage 2).", "warn"))
+    if stage == 3:
+        gather = z.get("stage3_gather_16bit_weights_on_model_save", z.get("gather_16bit_weights_on_model_save"))
+        if gather is not True:
+            out.append(Problem(
+                "ZERO3_EMPTY_SAVE",
+                "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: true: save_model() writes no usable "
+                "weights (empty/size-0 tensors, a 40-byte adapter) and you must rebuild them with zero_to_fp32.py",
+                "Set \"stage3_gather_16bit_weights_on_model_save\": true in zero_optimization.", "warn",
+                lambda d: _set(d, "zero_optimization.stage3_gather_16bit_weights_on_model_save", True)))
+    return out
+
+
+def yaml_rules(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
+    out = []
+    if rc.ds_error:
+        out.append(Problem("DS_CONFIG_INVALID", rc.ds_error,
+                           "Give the path as llamafactory-cli will see it from its working directory "
+                           "(e.g. examples/deepspeed/ds_z3_config.json) or an absolute path.", "fail"))
+    timeout = rc.yaml.get("ddp_timeout")
+    if isinstance(timeout, (int, float)) and timeout > HUGE_DDP_TIMEOUT_S:
+        out.append(Problem(
+            "HANG_NEVER_TIMES_OUT",
+            f"ddp_timeout: {timeout:g} s ({timeout / 86400:,.0f} days): a rank that hangs in a collective never times out, "
+            "the job burns GPU hours silently instead of failing",
+            "Use a bound that covers your longest data preprocessing, e.g. ddp_timeout: 7200, and preprocess once with "
+            "tokenized_path so ranks do not wait on rank 0.", "warn"))
+    return out
+
+
+RULES = (auto_values, batch_arithmetic, precision, zero_sections, yaml_rules)
+
+
+def check(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
+    out = []
+    for rule in RULES:
+        if rule is yaml_rules or rc.ds is not None:
+            out += rule(rc, world, gpu_bf16)
+    return out
+
+
+def repaired(rc: RunConfig, world: int, gpu_bf16: bool | None) -> tuple[dict, list[Problem]]:
+    """A repaired copy of the DeepSpeed dict and the problems whose repair was applied."""
+    fixed = copy.deepcopy(rc.ds or {})
+    applied = []
+    for p in check(rc, world, gpu_bf16):
+        if p.repair is not None:
+            p.repair(fixed)
+            applied.append(p)
+    return fixed, applied
