@@ -42,7 +42,9 @@ def shadowed_env(tmp_path, fake: dict[str, str]) -> str:
     env = tmp_path / "env"
     venv.create(env, with_pip=False)
     site = next((env / "lib").glob("python3*/site-packages"))
-    (site / "stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # every site-packages folder this Python sees (a venv may itself reach its stack through a .pth)
+    stack = [p for p in sys.path if p.rstrip("/").endswith("-packages")] or [sysconfig.get_paths()["purelib"]]
+    (site / "stack.pth").write_text("\n".join(stack) + "\n")
     for name, version in fake.items():
         info = site / f"{name}-{version}.dist-info"
         info.mkdir()
