@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from ..text import strip_ansi
 from .processes import TOKEN_VAR, run_limited
 
+# the prefixes of probes/workers/_protocol.py, the workers' side of the protocol (a worker imports
+# nothing of ours and the doctor side nothing of the workers', so each holds them; a test keeps them equal)
 MARK = "MGFT-DOCTOR-RESULT "
 PHASE = "MGFT-DOCTOR-PHASE "
 LOG_TAIL = 200_000

@@ -8,7 +8,7 @@ import time
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Worker  # noqa: E402
+from _protocol import Worker  # noqa: E402
 
 
 def body(w: Worker) -> dict:

@@ -3,7 +3,6 @@ against, which accelerator it picks, and the tools its JIT op builds need (nvcc,
 ninja, a C++ compiler, Python.h). A plain script (it imports nothing of mgft-doctor); it prints
 one JSON object on a line that starts with MARK. Nothing here builds or installs anything."""
 
-import json
 import os
 import platform
 import re
@@ -12,9 +11,10 @@ import subprocess
 import sys
 import sysconfig
 import time
-import traceback
 
-MARK = "MGFT-DOCTOR-RESULT "
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _protocol import emit, error_fields  # noqa: E402
+
 TOOL_TIMEOUT_S = 30
 ENV_VARS = ("CUDA_HOME", "CUDA_PATH", "DS_ACCELERATOR", "DS_SKIP_CUDA_CHECK", "DS_BUILD_OPS", "CXX",
             "TORCH_CUDA_ARCH_LIST", "TORCH_EXTENSIONS_DIR", "CUDA_VISIBLE_DEVICES")
@@ -37,11 +37,6 @@ def nvcc_info(path):
     m = re.search(r"release (\d+)\.(\d+)", text or "")
     return {"path": path, "exit_code": code, "release": f"{m.group(1)}.{m.group(2)}" if m else None,
             "output": (text or "")[-400:]}
-
-
-def error_text(exc):
-    return {"error_type": type(exc).__name__, "error": str(exc)[:2000],
-            "traceback": traceback.format_exc()[-6000:]}
 
 
 def main():
@@ -144,7 +139,7 @@ def main():
         try:
             import deepspeed
         except Exception as exc:  # noqa: BLE001
-            out["deepspeed_error"] = error_text(exc)
+            out["deepspeed_error"] = error_fields(exc, error_chars=2000, traceback_chars=6000)
         else:
             out["deepspeed"] = getattr(deepspeed, "__version__", None)
             out["deepspeed_file"] = deepspeed.__file__
@@ -167,7 +162,7 @@ def main():
                 except Exception:  # noqa: BLE001
                     out["comm_backend"] = None
             except Exception as exc:  # noqa: BLE001
-                out["accelerator_error"] = error_text(exc)
+                out["accelerator_error"] = error_fields(exc, error_chars=2000, traceback_chars=6000)
             try:
                 from deepspeed.ops.op_builder.builder import cuda_minor_mismatch_ok
 
@@ -175,7 +170,7 @@ def main():
             except Exception:  # noqa: BLE001
                 out["cuda_minor_mismatch_ok"] = None
         out["deepspeed_import_s"] = round(time.perf_counter() - t0, 2)
-    print(MARK + json.dumps(out, default=str), flush=True)
+    emit(out)
 
 
 if __name__ == "__main__":

@@ -4,29 +4,19 @@ mgft-doctor). The build goes to the doctor's own cache: TORCH_EXTENSIONS_DIR =
 <cache_root>/<python+torch+deepspeed+accelerator tag>, never the user's. Prints where it is
 (PHASE lines, so a time-out can say what hung) and one JSON object after MARK."""
 
-import json
 import os
 import sys
 import time
-import traceback
 
-MARK = "MGFT-DOCTOR-RESULT "
-PHASE = "MGFT-DOCTOR-PHASE "
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _protocol import emit, error_fields, phase, script_args  # noqa: E402
+
 BUILDERS = {"cpu_adam": "CPUAdamBuilder", "fused_adam": "FusedAdamBuilder", "async_io": "AsyncIOBuilder"}
 
 
-def phase(name):
-    print(PHASE + name, flush=True)
-
-
-def emit(out):
-    sys.stdout.flush()
-    sys.stderr.flush()
-    print(MARK + json.dumps(out, default=str), flush=True)
-
-
 def error_text(exc):
-    return {"error_type": type(exc).__name__, "error": str(exc)[:20000], "traceback": traceback.format_exc()[-8000:]}
+    """A build error keeps a long message: the compiler's output is in it."""
+    return error_fields(exc, error_chars=20000, traceback_chars=8000)
 
 
 def adam_ran(param, lr):
@@ -84,7 +74,7 @@ def run_async_io(torch, workdir, module):
 
 
 def main():
-    args = json.loads(sys.argv[sys.argv.index("--args") + 1])
+    args = script_args()
     op = args["op"]
     out = {"op": op}
     phase("import")

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
-from _common import Worker
+from _protocol import Worker
 
 # the workers' folder must not shadow the user's modules (facts.py, p2p.py, ...)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]

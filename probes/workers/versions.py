@@ -4,13 +4,14 @@ source of LLaMA-Factory's runtime version check (llamafactory/extras/misc.py), r
 nothing is imported (importing llamafactory or torch takes seconds and may itself fail). A plain
 script; prints one JSON object on a line that starts with MARK."""
 
-import json
 import os
 import platform
 import sys
 from importlib import metadata, util
 
-MARK = "MGFT-DOCTOR-RESULT "
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _protocol import emit, script_args  # noqa: E402
+
 LF_SOURCES = ("extras/misc.py",)
 
 
@@ -29,7 +30,7 @@ def marker_environment():
 
 
 def main():
-    args = json.loads(sys.argv[sys.argv.index("--args") + 1]) if "--args" in sys.argv else {}
+    args = script_args()
     out = {"python": platform.python_version(), "executable": sys.executable, "markers": marker_environment(),
            "versions": {}, "requires": {}, "env": {"DISABLE_VERSION_CHECK": os.environ.get("DISABLE_VERSION_CHECK")}}
     for name in args.get("packages", []):
@@ -56,7 +57,7 @@ def main():
                     out["llamafactory_sources"][rel] = f.read()
             except OSError:
                 continue
-    print(MARK + json.dumps(out), flush=True)
+    emit(out)
 
 
 if __name__ == "__main__":

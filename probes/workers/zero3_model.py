@@ -23,7 +23,7 @@ import traceback
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Worker
+from _protocol import Worker, error_fields, leave
 from _model_shrink import (
     DEEPSPEED_DEFAULT_LEAF,
     fill_ds_config,
@@ -37,7 +37,7 @@ SEQ_LEN = 16
 SAMPLE_TEXT = ("The doctor builds a tiny copy of the model and trains it for two steps under ZeRO-3, "
                "then saves it and loads it back to compare every weight.")
 PLUMBING = (os.sep + "torch" + os.sep, os.sep + "deepspeed" + os.sep, os.sep + "accelerate" + os.sep,
-            "_common.py", "zero3_model.py", os.sep + "contextlib.py", os.sep + "functools.py")
+            "_protocol.py", "zero3_model.py", os.sep + "contextlib.py", os.sep + "functools.py")
 TRANSFORMERS_GENERIC = ("modeling_utils.py", "configuration_utils.py", "integrations" + os.sep,
                         "utils" + os.sep + "generic.py", "dynamic_module_utils.py", "auto_factory.py",
                         "utils" + os.sep + "import_utils.py", "modeling_layers.py")
@@ -63,9 +63,9 @@ def model_frame(tb) -> dict | None:
 
 
 def failure(step, exc) -> dict:
-    return {"step": step, "error_type": type(exc).__name__, "error": str(exc)[:2000],
-            "frame": model_frame(exc.__traceback__), "traceback": "".join(
-                traceback.format_exception(type(exc), exc, exc.__traceback__))[-6000:]}
+    """The error of a step, with the frame of the model's own code that raised it."""
+    return {"step": step, **error_fields(exc, error_chars=2000, traceback_chars=6000),
+            "frame": model_frame(exc.__traceback__)}
 
 
 def _jsonable(x):
@@ -103,8 +103,8 @@ class Run:
         payload = dict(self.out)
         payload["ok"] = ok
         payload["wall_s"] = round(time.perf_counter() - self.t_start, 3)
-        payload["phases"] = self.w._phases
-        self.w._write(_jsonable(payload))
+        payload["phases"] = self.w.phases
+        self.w.write_result(_jsonable(payload))
 
 
 def body(run: Run) -> None:
@@ -432,12 +432,10 @@ def body(run: Run) -> None:
     t_b = time.perf_counter()
 
     def on_timeout():
-        out["no_leaf"].update({"hung": True, "phase": w._phases[-1][0] if w._phases else None,
+        out["no_leaf"].update({"hung": True, "phase": w.phases[-1][0] if w.phases else None,
                                "after_s": round(time.perf_counter() - t_b, 1)})
         run.write(ok=True)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        leave(0)
 
     timer = threading.Timer(limit, on_timeout)
     timer.daemon = True
@@ -456,8 +454,7 @@ def body(run: Run) -> None:
         timer.cancel()
         out["no_leaf"].update({"finished": True, "error": failure(exc.step, exc.exc)})
         run.write(ok=True)
-        sys.stdout.flush()
-        os._exit(0)  # no barrier: the other rank may sit in a collective that never completes
+        leave(0)  # no barrier: the other rank may sit in a collective that never completes
     timer.cancel()
     out["no_leaf"].update({"finished": True, "hung": False, "after_s": round(time.perf_counter() - t_b, 1)})
 
@@ -564,16 +561,12 @@ def main() -> None:
         run.out["failure"] = failure(exc.step, exc.exc)
         run.write(ok=False)
         traceback.print_exception(type(exc.exc), exc.exc, exc.exc.__traceback__)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        leave(1)
     except BaseException as exc:  # noqa: BLE001 - the worker's own bug: still a report
         run.out["failure"] = failure("worker", exc)
         run.write(ok=False)
         traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        leave(1)
     run.write(ok=True)
     try:
         import torch.distributed as dist
@@ -581,9 +574,7 @@ def main() -> None:
         if dist.is_initialized():
             dist.barrier()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        leave(0)
 
 
 if __name__ == "__main__":
