@@ -4,11 +4,9 @@ consumer GPUs on old drivers) is the classic cause of NCCL hangs."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 from mgft_doctor.check.context import Context
 from mgft_doctor.launch import worker_script
+from mgft_doctor.launch.script import run_script
 from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
 
 from . import _codes
@@ -21,19 +19,16 @@ def run(ctx: Context):
     n = ctx.facts.gpu_count
     if n < 2:
         return skipped(ID, TITLE, f"skipped: needs 2 GPUs, {n} visible")
-    try:
-        proc = subprocess.run([ctx.options.python, worker_script("p2p")], capture_output=True, text=True,
-                              timeout=ctx.options.timeout)
-    except subprocess.TimeoutExpired:
+    res = run_script(ctx.options.python, worker_script("p2p"), {}, timeout=ctx.options.timeout)
+    if res.timed_out:
         return result(ID, TITLE, "a GPU-to-GPU copy hung",
                       [Finding(_codes.P2P_BROKEN, f"a direct GPU-to-GPU copy did not finish in {ctx.options.timeout:.0f} s",
                                "P2P is broken on this machine: export NCCL_P2P_DISABLE=1 for training, and check "
                                "that PCIe ACS / IOMMU are disabled (BIOS: ACS off; kernel: iommu=pt).")])
-    try:
-        data = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
+    data = res.payload
+    if data is None:
         return result(ID, TITLE, "the P2P check crashed", status=Status.ERROR,
-                      details=(proc.stderr or proc.stdout).strip().splitlines()[-15:])
+                      details=res.log.strip().splitlines()[-15:])
     topo = ctx.topology
     names = {g.index: g.name for g in topo.gpus}
     findings, details = [], []

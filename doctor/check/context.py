@@ -1,20 +1,19 @@
 """What every probe can see: the options of this check, the facts gathered once (torch's view
-of the GPUs, nvidia-smi's), the results of the probes run so far, and the user's run config."""
+of the GPUs, read by facts.py; nvidia-smi's), the results of the probes run so far, and the
+user's run config."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..errors import DoctorError
+from .facts import FACTS_TIMEOUT_S, Facts, read_facts
 from .probe import ProbeResult
 from .topology import Topology, read_topology
-
-FACTS_TIMEOUT_S = 90
 
 
 @dataclass
@@ -65,25 +64,6 @@ def _env_int(name: str, default: int | None) -> int | None:
         raise DoctorError(f"{name}={value!r} is not an integer")
 
 
-@dataclass
-class Facts:
-    """torch's view of this machine, read in a subprocess of the Python under examination."""
-
-    raw: dict
-
-    @property
-    def torch_ok(self) -> bool:
-        return "torch" in self.raw
-
-    @property
-    def gpu_count(self) -> int:
-        return int(self.raw.get("device_count") or 0)
-
-    @property
-    def devices(self) -> list[dict]:
-        return list(self.raw.get("devices") or [])
-
-
 class Context:
     def __init__(self, options: Options):
         self.options = options
@@ -91,20 +71,8 @@ class Context:
 
     @cached_property
     def facts(self) -> Facts:
-        from ..launch import worker_script
-
-        script = worker_script("facts")
-        try:
-            proc = subprocess.run([self.options.python, script], capture_output=True, text=True,
-                                  timeout=FACTS_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return Facts({"facts_error": f"reading torch's facts took over {FACTS_TIMEOUT_S} s (a hung driver or import)"})
-        except OSError as exc:
-            return Facts({"facts_error": f"cannot run {self.options.python}: {exc}"})
-        try:
-            return Facts(json.loads(proc.stdout.strip().splitlines()[-1]))
-        except (json.JSONDecodeError, IndexError):
-            return Facts({"facts_error": (proc.stderr or proc.stdout).strip()[-500:] or f"exit code {proc.returncode}"})
+        """torch's view of this machine, read once per context (a subprocess of the examined Python)."""
+        return read_facts(self.options.python, FACTS_TIMEOUT_S)
 
     @cached_property
     def topology(self) -> Topology:
