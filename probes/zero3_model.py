@@ -19,7 +19,7 @@ from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.torchrun import launch
 from mgft_doctor.runconfig.model_config import load_model_config
 from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
-from mgft_doctor.probes.workers._model_shrink import is_moe
+from mgft_doctor.probes.workers._moe import is_moe
 
 from . import _codes
 

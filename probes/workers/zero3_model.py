@@ -22,22 +22,20 @@ import time
 import traceback
 from datetime import timedelta
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+WORKERS_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, WORKERS_DIR)
 from _protocol import Worker, error_fields, leave
-from _model_shrink import (
-    DEEPSPEED_DEFAULT_LEAF,
-    fill_ds_config,
-    is_moe,
-    llamafactory_leaf_classes,
-    shrink_config,
-    shrunk_hidden,
-)
+from _ds_config import fill_ds_config
+from _moe import (DEEPSPEED_DEFAULT_LEAF, force_routing, fused_experts, is_moe, llamafactory_leaf_classes, moe_blocks,
+                  num_experts)
+from _shrink import shrink_config, shrunk_hidden
 
 SEQ_LEN = 16
 SAMPLE_TEXT = ("The doctor builds a tiny copy of the model and trains it for two steps under ZeRO-3, "
                "then saves it and loads it back to compare every weight.")
 PLUMBING = (os.sep + "torch" + os.sep, os.sep + "deepspeed" + os.sep, os.sep + "accelerate" + os.sep,
-            "_protocol.py", "zero3_model.py", os.sep + "contextlib.py", os.sep + "functools.py")
+            WORKERS_DIR + os.sep,  # this worker's own frames (its steps, the routing hooks of _moe.py)
+            os.sep + "contextlib.py", os.sep + "functools.py")
 TRANSFORMERS_GENERIC = ("modeling_utils.py", "configuration_utils.py", "integrations" + os.sep,
                         "utils" + os.sep + "generic.py", "dynamic_module_utils.py", "auto_factory.py",
                         "utils" + os.sep + "import_utils.py", "modeling_layers.py")
@@ -185,7 +183,7 @@ def body(run: Run) -> None:
                                                                    "vocab_size", None) or 256
     out["vocab_size"] = vocab
     hidden = shrunk_hidden(small_dict)
-    n_experts = _num_experts(small_dict)
+    n_experts = num_experts(small_dict)
 
     def init_dist():
         if on_gpu:
@@ -457,90 +455,6 @@ def body(run: Run) -> None:
         leave(0)  # no barrier: the other rank may sit in a collective that never completes
     timer.cancel()
     out["no_leaf"].update({"finished": True, "hung": False, "after_s": round(time.perf_counter() - t_b, 1)})
-
-
-def _num_experts(d: dict) -> int:
-    from _model_shrink import EXPERT_KEYS, SUB_CONFIGS
-
-    for sub in [d, *(d.get(k) for k in SUB_CONFIGS)]:
-        if isinstance(sub, dict):
-            for k in EXPERT_KEYS:
-                if isinstance(sub.get(k), int) and sub[k] > 1:
-                    return sub[k]
-    return 0
-
-
-def moe_blocks(model):
-    """(name, module) of the MoE blocks: modules with an `experts` child."""
-    import torch
-
-    found = []
-    for name, mod in model.named_modules():
-        experts = getattr(mod, "experts", None)
-        if isinstance(experts, torch.nn.Module) and mod is not experts:
-            found.append((name, mod))
-    return found
-
-
-def fused_experts(block) -> bool:
-    """Experts stored as stacked tensors of one module (transformers >= 5) rather than a list of
-    modules: every expert's weights are gathered together whichever experts the tokens pick."""
-    import torch
-
-    experts = block.experts
-    return not isinstance(experts, torch.nn.ModuleList) and any(True for _ in experts.parameters(recurse=False))
-
-
-def force_routing(blocks, n_experts, rank, torch, used):
-    """Make the ranks' routers disagree: rank 0 sends every token to experts 0..k-1, the other
-    ranks spread their tokens over all experts. Works on a router that returns logits (a Linear
-    gate) and on one that returns (logits, weights, indices) or (indices, weights, aux)."""
-    handles = []
-    for _, block in blocks:
-        gate = getattr(block, "gate", None) or getattr(block, "router", None)
-        if not isinstance(gate, torch.nn.Module) or not n_experts:
-            continue
-
-        def choose(tokens, k, device):
-            if rank == 0:
-                idx = torch.arange(k, device=device).expand(tokens, k)
-            else:
-                t = torch.arange(tokens, device=device).unsqueeze(1)
-                idx = (t * k + torch.arange(k, device=device)) % n_experts
-            used.update(int(e) for e in idx.unique())
-            return idx
-
-        def hook(mod, inputs, output):
-            if torch.is_tensor(output) and output.is_floating_point() and output.shape[-1] == n_experts:
-                logits = output.reshape(-1, n_experts)
-                k = min(2, n_experts)
-                idx = choose(logits.shape[0], k, logits.device)
-                bias = torch.zeros_like(logits).scatter_(1, idx, 30.0)
-                return (logits + bias).reshape(output.shape)
-            if isinstance(output, tuple):
-                items = list(output)
-                ints = [i for i, x in enumerate(items) if torch.is_tensor(x) and not x.is_floating_point()
-                        and x.dim() == 2]
-                if not ints:
-                    return None
-                ii = ints[0]
-                tokens, k = items[ii].shape
-                idx = choose(tokens, k, items[ii].device).to(items[ii].dtype)
-                logits = next((x for x in items if torch.is_tensor(x) and x.is_floating_point()
-                               and x.dim() == 2 and x.shape[-1] == n_experts), None)
-                for j, x in enumerate(items):
-                    if j != ii and torch.is_tensor(x) and x.is_floating_point() and x.shape == items[ii].shape:
-                        if logits is not None:
-                            probs = torch.softmax(logits.float(), dim=-1).gather(1, idx.long())
-                            items[j] = (probs / probs.sum(-1, keepdim=True)).to(x.dtype)
-                        else:
-                            items[j] = torch.full_like(x, 1.0 / k)
-                items[ii] = idx
-                return tuple(items)
-            return None
-
-        handles.append(gate.register_forward_hook(hook))
-    return handles
 
 
 def gathered(model, names, deepspeed, stage):
