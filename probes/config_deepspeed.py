@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mgft_doctor.runconfig import ds_rules as dsconfig_rules
 from mgft_doctor.check.context import Context
-from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
+from mgft_doctor.check.probe import Finding, Probe, Status, result
 
 from . import _codes
 
@@ -23,10 +23,15 @@ def gpu_bf16(ctx: Context) -> bool | None:
     return all(d["bf16"] for d in devices) if devices else None
 
 
-def run(ctx: Context):
+def applies(ctx: Context) -> str | None:
     rc = ctx.run_config
     if rc is None or (rc.ds is None and not rc.yaml_path):
-        return skipped(ID, TITLE, "skipped: no run config given (mgft-doctor check train.yaml or ds_config.json)")
+        return "no run config given (mgft-doctor check train.yaml or ds_config.json)"
+    return None
+
+
+def run(ctx: Context):
+    rc = ctx.run_config
     world = world_size(ctx)
     problems = dsconfig_rules.check(rc, world, gpu_bf16(ctx))
     findings = [Finding(getattr(_codes, p.key), p.message, p.fix, Status.WARN if p.severity == "warn" else Status.FAIL)
@@ -44,4 +49,4 @@ def run(ctx: Context):
                   details)
 
 
-PROBE = Probe(ID, TITLE, run)
+PROBE = Probe(ID, TITLE, run, applies=applies)

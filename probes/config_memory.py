@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from mgft_doctor.runconfig import memory as me
 from mgft_doctor.check.context import Context
-from mgft_doctor.runconfig.model_config import load_model_config
-from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
+from mgft_doctor.check.probe import Finding, Probe, Status, result
 
 from . import _codes
 
@@ -48,19 +47,27 @@ def offload_label(rc) -> str:
     return "optimizer" if off_opt else "none"
 
 
+def applies(ctx: Context) -> str | None:
+    """A model (--model, or the YAML's; the run config holds either) whose config.json is read
+    and whose shape the memory arithmetic understands."""
+    rc = ctx.run_config
+    if rc is None or not rc.model:
+        return "no model given (--model, or model_name_or_path in the YAML)"
+    cfg, where = rc.model_config
+    if cfg is None:
+        return where
+    try:
+        me.shape_from_config(cfg)
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        return f"cannot read the architecture from {where} ({exc})"
+    return None
+
+
 def run(ctx: Context):
     rc = ctx.run_config
-    model = ctx.options.model or (rc.model if rc else None)
-    if not model:
-        return skipped(ID, TITLE, "skipped: no model given (--model, or model_name_or_path in the YAML)")
-    cfg, where = load_model_config(model)
-    if cfg is None:
-        return skipped(ID, TITLE, f"skipped: {where}")
-    try:
-        shape = me.shape_from_config(cfg)
-    except (TypeError, ValueError, ZeroDivisionError) as exc:
-        return skipped(ID, TITLE, f"skipped: cannot read the architecture from {where} ({exc})")
-    y = rc.yaml if rc else {}
+    cfg, where = rc.model_config
+    shape = me.shape_from_config(cfg)
+    y = rc.yaml
     gpus_here = ctx.facts.gpu_count
     per_node = ctx.nproc
     world = per_node * ctx.options.nnodes
@@ -120,4 +127,4 @@ def run(ctx: Context):
     return result(ID, TITLE, summary, findings, metrics, details)
 
 
-PROBE = Probe(ID, TITLE, run)
+PROBE = Probe(ID, TITLE, run, applies=applies)

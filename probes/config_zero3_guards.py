@@ -7,7 +7,7 @@ checkpoint (quantization_config in the model's config.json) is zero3.model's fin
 from __future__ import annotations
 
 from mgft_doctor.check.context import Context
-from mgft_doctor.check.probe import Finding, Probe, result, skipped
+from mgft_doctor.check.probe import Finding, Probe, result
 
 from . import _codes
 
@@ -89,12 +89,17 @@ def guards(yaml: dict, zero3: bool, deepspeed: bool, distributed: bool) -> list[
     return f
 
 
-def run(ctx: Context):
+def applies(ctx: Context) -> str | None:
     rc = ctx.run_config
     if rc is None or not rc.yaml_path:
-        return skipped(ID, TITLE, "skipped: no LLaMA-Factory YAML given (mgft-doctor check train.yaml)")
+        return "no LLaMA-Factory YAML given (mgft-doctor check train.yaml)"
     if rc.ds_error:
-        return skipped(ID, TITLE, f"skipped: {rc.ds_error} (config.deepspeed reports it)")
+        return f"{rc.ds_error} (config.deepspeed reports it)"
+    return None
+
+
+def run(ctx: Context):
+    rc = ctx.run_config
     y = rc.yaml
     stage = rc.zero_stage if rc.ds is not None else None
     zero3 = stage == 3
@@ -108,4 +113,4 @@ def run(ctx: Context):
     return result(ID, TITLE, summary, findings, {"zero_stage": stage, "world_size": world}, details)
 
 
-PROBE = Probe(ID, TITLE, run)
+PROBE = Probe(ID, TITLE, run, applies=applies)

@@ -110,12 +110,14 @@ def _incompatible(op: str, run: ScriptRun, data: dict) -> Finding:
                    + (f" ({why[:300]})" if why else ""), fix)
 
 
+def applies(ctx: Context) -> str | None:
+    if "torch" not in ctx.facts.raw:
+        return "torch is not importable in the examined Python (see gpu.visible)"
+    return None
+
+
 def run(ctx: Context):
     o = ctx.options
-    facts = ctx.facts.raw
-    if "torch" not in facts:
-        return result(ID, TITLE, "skipped: torch is not importable in the examined Python (see gpu.visible)",
-                      status=Status.SKIP)
     gpu = ctx.facts.gpu_count > 0
     ops = []
     for name, why in needed_ops(ctx.run_config, gpu):
@@ -228,4 +230,4 @@ def _log_tail(log: str, n: int = 25) -> list[str]:
     return ["build log (tail):", *("  " + ln[:300] for ln in lines)] if lines else []
 
 
-PROBE = Probe(ID, TITLE, run, needs=("deepspeed.install",), slow=True)
+PROBE = Probe(ID, TITLE, run, needs=("deepspeed.install",), slow=True, applies=applies)

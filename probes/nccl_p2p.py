@@ -7,7 +7,7 @@ from __future__ import annotations
 from mgft_doctor.check.context import Context
 from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.script import run_script
-from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
+from mgft_doctor.check.probe import Finding, Probe, Status, result
 
 from . import _codes
 
@@ -15,10 +15,12 @@ ID, TITLE = "nccl.p2p", "GPU peer-to-peer access"
 CONSUMER = ("GeForce", "RTX 40", "RTX 30", "RTX 20", "TITAN")
 
 
-def run(ctx: Context):
+def applies(ctx: Context) -> str | None:
     n = ctx.facts.gpu_count
-    if n < 2:
-        return skipped(ID, TITLE, f"skipped: needs 2 GPUs, {n} visible")
+    return f"needs 2 GPUs, {n} visible" if n < 2 else None
+
+
+def run(ctx: Context):
     res = run_script(ctx.options.python, worker_script("p2p"), {}, timeout=ctx.options.timeout)
     if res.timed_out:
         return result(ID, TITLE, "a GPU-to-GPU copy hung",
@@ -62,4 +64,4 @@ def run(ctx: Context):
     return result(ID, TITLE, summary, findings, metrics, details)
 
 
-PROBE = Probe(ID, TITLE, run, needs=("gpu.visible",), slow=True)
+PROBE = Probe(ID, TITLE, run, needs=("gpu.visible",), slow=True, applies=applies)

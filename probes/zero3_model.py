@@ -17,8 +17,7 @@ from mgft_doctor.check.context import Context
 from mgft_doctor.check.launch_findings import launch_failure_findings
 from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.torchrun import launch
-from mgft_doctor.runconfig.model_config import load_model_config
-from mgft_doctor.check.probe import Finding, Probe, Status, result, skipped
+from mgft_doctor.check.probe import Finding, Probe, Status, result
 from mgft_doctor.probes.workers._moe import is_moe
 
 from . import _codes
@@ -81,32 +80,39 @@ def quantization_findings(cfg: dict, stage: int | None) -> tuple[list[Finding], 
                     "(examples/deepspeed/ds_z2_config.json) or no DeepSpeed.")], []
 
 
+def applies(ctx: Context) -> str | None:
+    """A model (--model, or the YAML's; the run config holds either) with a readable config.json,
+    a usable DeepSpeed config, and torch in the examined Python."""
+    rc = ctx.run_config
+    if rc is None or not rc.model:
+        return "no model given (--model PATH_OR_ID, or model_name_or_path in the YAML)"
+    if rc.ds_error:
+        return f"{rc.ds_error} (config.deepspeed reports it)"
+    if "torch" not in ctx.facts.raw:
+        return "torch is not importable in the examined Python (gpu.visible reports it)"
+    cfg, where = rc.model_config
+    if cfg is None:
+        return f"cannot read the model's config.json: {where}"
+    return None
+
+
 def run(ctx: Context):
     o = ctx.options
     rc = ctx.run_config
-    model = o.model or (rc.model if rc else None)
-    if not model:
-        return skipped(ID, TITLE, "skipped: no model given (--model PATH_OR_ID, or model_name_or_path in the YAML)")
-    if rc is not None and rc.ds_error:
-        return skipped(ID, TITLE, f"skipped: {rc.ds_error} (config.deepspeed reports it)")
-    facts = ctx.facts.raw
-    if "torch" not in facts:
-        return skipped(ID, TITLE, "skipped: torch is not importable in the examined Python (gpu.visible reports it)")
-    cfg, where = load_model_config(model)
-    if cfg is None:
-        return skipped(ID, TITLE, f"skipped: cannot read the model's config.json: {where}")
+    model = rc.model
+    cfg, where = rc.model_config
     # a local folder, or the snapshot folder of the Hugging Face cache that holds config.json (its
     # code and tokenizer files, if any, lie beside it): both are read in place; only a config fetched
     # from the hub leaves the worker to fetch remote code, into the doctor's own cache
     from_hub = where.startswith("hub:")
     model_ref = model if from_hub else os.path.dirname(os.path.abspath(where))
     local_dir = not from_hub
-    yaml = rc.yaml if rc else {}
-    ds = rc.ds if rc else None
+    yaml = rc.yaml
+    ds = rc.ds
     stage = rc.zero_stage if ds is not None else 3
 
     details = [f"model: {where}"]
-    if rc is not None and rc.yaml_path and ds is None:
+    if rc.yaml_path and ds is None:
         details.append("the YAML trains without DeepSpeed: this run shows what ZeRO-3 would do with the model")
     findings, notes = quantization_findings(cfg, stage)
     details += notes
@@ -429,4 +435,4 @@ def _judge_failure(res, r0, failure: dict, backend: str, model: str, findings, d
                   details + ds[2:], status=Status.FAIL)
 
 
-PROBE = Probe(ID, TITLE, run, needs=("nccl.allreduce",), slow=True)
+PROBE = Probe(ID, TITLE, run, needs=("nccl.allreduce",), slow=True, applies=applies)

@@ -213,10 +213,12 @@ def test_moe_block_that_is_not_a_leaf_module(tmp_path):
 
 
 def test_no_model_no_run(tmp_path):
-    res = zero3_model.run(Context(Options(cache_dir=str(tmp_path))))
+    from mgft_doctor.check.runner import run_probe as run_checked  # applies() before run()
+
+    res = run_checked(zero3_model.PROBE, Context(Options(cache_dir=str(tmp_path))))
     assert res.status is Status.SKIP and "--model" in res.summary
     (tmp_path / "t.yaml").write_text("stage: sft\n")
-    res = zero3_model.run(Context(Options(config=str(tmp_path / "t.yaml"), cache_dir=str(tmp_path))))
+    res = run_checked(zero3_model.PROBE, Context(Options(config=str(tmp_path / "t.yaml"), cache_dir=str(tmp_path))))
     assert res.status is Status.SKIP and "model_name_or_path" in res.summary
 
 

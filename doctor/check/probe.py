@@ -1,6 +1,7 @@
 """What a probe is and what it returns. A probe has a stable id `family.name`, a title, the
-probes whose results it needs, and run(context) -> ProbeResult. A probe that raises is shown
-as crashed (`error`), never as a pass."""
+probes whose results it needs, a cheap applies(context) -> skip reason | None that the runner
+asks first (as DeepSpeed's is_compatible() comes before load()), and run(context) ->
+ProbeResult. A probe that raises is shown as crashed (`error`), never as a pass."""
 
 from __future__ import annotations
 
@@ -78,6 +79,9 @@ class Probe:
     run: Callable[["Context"], ProbeResult]  # noqa: F821 - doctor.context.Context
     needs: tuple[str, ...] = ()
     slow: bool = False  # starts processes or builds code (seconds to minutes)
+    # Why the probe does not apply here (no run config, no model, too few GPUs), or None. Cheap:
+    # it may read the run config and the cached facts, never start a run; --list shows it.
+    applies: Callable[["Context"], str | None] | None = None  # noqa: F821
 
     @property
     def family(self) -> str:

@@ -1,5 +1,5 @@
-"""Run probes in order, honour what each needs, and turn a crashing probe into an `error` result
-instead of a traceback."""
+"""Run probes in order, honour what each needs, ask each whether it applies before running it,
+and turn a crashing probe (in applies() or run()) into an `error` result instead of a traceback."""
 
 from __future__ import annotations
 
@@ -11,22 +11,48 @@ from .context import Context
 from ..errors import DoctorError
 from .probe import Probe, ProbeResult, Status
 
+SKIP_PREFIX = "skipped: "  # every skip summary starts so (the rows and the JSON show it)
+
 
 def run_probe(probe: Probe, ctx: Context) -> ProbeResult:
     for need in probe.needs:
         done = ctx.results.get(need)
         if done is not None and done.status in (Status.FAIL, Status.ERROR):
-            return ProbeResult(probe.id, probe.title, Status.SKIP, f"skipped: needs {need}, which did not pass")
+            return ProbeResult(probe.id, probe.title, Status.SKIP, f"{SKIP_PREFIX}needs {need}, which did not pass")
     t0 = time.perf_counter()
-    try:
-        res = probe.run(ctx)
-    except DoctorError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a crashed probe is reported, never shown as a pass
-        res = ProbeResult(probe.id, probe.title, Status.ERROR, f"the probe crashed: {type(exc).__name__}: {exc}",
-                          details=traceback.format_exc().strip().splitlines()[-12:])
+    res = _applies_then_run(probe, ctx)
     res.duration_s = time.perf_counter() - t0
     return res
+
+
+def _applies_then_run(probe: Probe, ctx: Context) -> ProbeResult:
+    stage = "applies()"
+    try:
+        reason = probe.applies(ctx) if probe.applies is not None else None
+        if reason is not None:
+            return ProbeResult(probe.id, probe.title, Status.SKIP, SKIP_PREFIX + reason)
+        stage = ""
+        return probe.run(ctx)
+    except DoctorError:
+        raise  # bad input (a config that cannot be read): the command stops with exit code 2
+    except Exception as exc:  # noqa: BLE001 - a crashed probe is reported, never shown as a pass
+        where = f" in {stage}" if stage else ""
+        return ProbeResult(probe.id, probe.title, Status.ERROR,
+                           f"the probe crashed{where}: {type(exc).__name__}: {exc}",
+                           details=traceback.format_exc().strip().splitlines()[-12:])
+
+
+def would_skip(probe: Probe, ctx: Context) -> str | None:
+    """What `--list` says about a probe: the reason applies() gives for skipping it here, None when
+    it would run. A crash in applies() is said, not raised."""
+    if probe.applies is None:
+        return None
+    try:
+        return probe.applies(ctx)
+    except DoctorError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        return f"cannot tell: applies() crashed ({type(exc).__name__}: {exc})"
 
 
 def run_all(probes: list[Probe], ctx: Context,

@@ -14,7 +14,7 @@ from ..check.context import Context, Options
 from ..errors import EXIT_CRASH, EXIT_FAILURE, EXIT_OK, DoctorError
 from ..check.probe import Status
 from ..check.registry import select
-from ..check.runner import run_all
+from ..check.runner import run_all, would_skip
 from ..text import split_csv
 
 SCHEMA = "mgft-doctor/check/1"
@@ -57,15 +57,24 @@ def exit_code(results, strict: bool) -> int:
     return EXIT_OK
 
 
+def list_probes(probes, ctx: Context | None) -> int:
+    """One line per probe; with a run config, also why a probe would skip for it. Only then are the
+    probes asked (applies() may read torch's facts: a subprocess of a few seconds)."""
+    for p in probes:
+        print(f"{p.id:22} {p.title}")
+        reason = would_skip(p, ctx) if ctx is not None else None
+        if reason:
+            print(f"{'':22} would skip: {reason}")
+    return EXIT_OK
+
+
 def run_check(args) -> int:
     from ..check.registry import all_probes
     from ..check.report import Progress, render_results
 
     probes = all_probes()
-    if args.list:
-        for p in probes:
-            print(f"{p.id:22} {p.title}")
-        return EXIT_OK
+    if args.list and not (args.config or args.deepspeed or args.model):
+        return list_probes(probes, None)
     options = options_from_args(args)
     found = options.python if os.path.isfile(options.python) else shutil.which(options.python)
     if not found:
@@ -74,6 +83,8 @@ def run_check(args) -> int:
     ctx = Context(options)
     if options.config or options.deepspeed:
         _ = ctx.run_config  # a broken YAML/JSON is bad input: exit 2 before any probe runs
+    if args.list:
+        return list_probes(probes, ctx)
     selected = select(probes, split_csv(args.only), split_csv(args.skip))
     console = Console(stderr=True, highlight=False)
     progress = Progress(console, enabled=not args.json and console.is_terminal)

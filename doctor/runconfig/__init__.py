@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -53,6 +54,16 @@ class RunConfig:
 
     def get(self, key: str, default=None):
         return self.yaml.get(key, default)
+
+    @cached_property
+    def model_config(self) -> tuple[dict | None, str]:
+        """The model's config.json (never the weights) and where it came from, or None and why not;
+        read once per check, though several probes ask (applies() and run() alike)."""
+        from .model_config import load_model_config
+
+        if not self.model:
+            return None, "no model given"
+        return load_model_config(self.model)
 
     @property
     def gradient_accumulation(self) -> int | None:

@@ -1,0 +1,125 @@
+"""The runner's side of the probe contract: applies() is asked before run() (a reason skips the
+probe, a crash in it is an `error` row, bad input still stops the command), the probes' own
+guards keep their texts, and `--list` says why a probe would skip. No processes: torch's facts
+are given to the context as the facts worker would report them."""
+
+import json
+
+import pytest
+
+from mgft_doctor.check.context import Context, Facts, Options
+from mgft_doctor.check.probe import Probe, Status, result
+from mgft_doctor.check.runner import run_probe, would_skip
+from mgft_doctor.cli.check import list_probes
+from mgft_doctor.errors import DoctorError
+from mgft_doctor.probes import (config_deepspeed, config_memory, config_zero3_guards, deepspeed_ops, nccl_p2p,
+                                zero3_model)
+
+NO_TORCH = {"python": "3.11.7", "torch_error": "ModuleNotFoundError: No module named 'torch'"}
+ONE_GPU = {"python": "3.11.7", "torch": "2.14.1", "device_count": 1, "nccl_available": True,
+           "devices": [{"index": 0, "name": "H200", "bf16": True, "total_memory": 150 << 30}]}
+LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000}
+
+
+def context(facts: dict | None = None, **options) -> Context:
+    ctx = Context(Options(**options))
+    if facts is not None:
+        ctx.__dict__["facts"] = Facts(facts)  # what the facts worker would have said
+    return ctx
+
+
+def ran(calls):
+    def run(ctx):
+        calls.append("run")
+        return result("t.probe", "Test", "ran")
+    return run
+
+
+def test_a_reason_from_applies_skips_without_running():
+    calls = []
+    res = run_probe(Probe("t.probe", "Test", ran(calls), applies=lambda ctx: "needs 3 GPUs, 0 visible"), context())
+    assert res.status is Status.SKIP and res.summary == "skipped: needs 3 GPUs, 0 visible"
+    assert (res.id, res.title) == ("t.probe", "Test") and calls == []
+    res = run_probe(Probe("t.probe", "Test", ran(calls), applies=lambda ctx: None), context())
+    assert res.status is Status.PASS and calls == ["run"]
+
+
+def test_a_crash_in_applies_is_an_error_row_not_a_traceback():
+    calls = []
+
+    def broken(ctx):
+        raise KeyError("device_count")
+
+    res = run_probe(Probe("t.probe", "Test", ran(calls), applies=broken), context())
+    assert res.status is Status.ERROR and calls == []
+    assert res.summary == "the probe crashed in applies(): KeyError: 'device_count'"
+    assert any("KeyError" in line for line in res.details)
+    assert would_skip(Probe("t.probe", "Test", ran(calls), applies=broken), context()).startswith("cannot tell:")
+
+
+def test_bad_input_found_by_applies_still_stops_the_command():
+    def bad(ctx):
+        raise DoctorError("train.yaml: not valid YAML")
+
+    with pytest.raises(DoctorError):
+        run_probe(Probe("t.probe", "Test", ran([]), applies=bad), context())
+
+
+def test_the_guards_keep_their_skip_texts(tmp_path):
+    none = context()
+    assert run_probe(config_deepspeed.PROBE, none).summary == \
+        "skipped: no run config given (mgft-doctor check train.yaml or ds_config.json)"
+    assert run_probe(config_memory.PROBE, none).summary == \
+        "skipped: no model given (--model, or model_name_or_path in the YAML)"
+    assert run_probe(config_zero3_guards.PROBE, none).summary == \
+        "skipped: no LLaMA-Factory YAML given (mgft-doctor check train.yaml)"
+    assert run_probe(zero3_model.PROBE, none).summary == \
+        "skipped: no model given (--model PATH_OR_ID, or model_name_or_path in the YAML)"
+    assert run_probe(nccl_p2p.PROBE, context(ONE_GPU)).summary == "skipped: needs 2 GPUs, 1 visible"
+    assert run_probe(deepspeed_ops.PROBE, context(NO_TORCH)).summary == \
+        "skipped: torch is not importable in the examined Python (see gpu.visible)"
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    assert run_probe(config_memory.PROBE, context(model=str(empty))).summary == f"skipped: {empty} has no config.json"
+    (empty / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": "wide"}))
+    assert run_probe(config_memory.PROBE, context(model=str(empty))).summary.startswith(
+        f"skipped: cannot read the architecture from {empty / 'config.json'} (")
+
+
+def test_zero3_model_guards_in_their_order(tmp_path):
+    model = tmp_path / "llama"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(LLAMA))
+    yml = tmp_path / "train.yaml"
+    yml.write_text(f"model_name_or_path: {model}\nstage: sft\ndeepspeed: nowhere/ds_z3.json\n")
+    missing = f"the DeepSpeed config 'nowhere/ds_z3.json' named in {yml} was not found"
+    assert run_probe(zero3_model.PROBE, context(NO_TORCH, config=str(yml))).summary == \
+        f"skipped: {missing} (config.deepspeed reports it)"
+    assert run_probe(config_zero3_guards.PROBE, context(config=str(yml))).summary == \
+        f"skipped: {missing} (config.deepspeed reports it)"
+    assert run_probe(zero3_model.PROBE, context(NO_TORCH, model=str(model))).summary == \
+        "skipped: torch is not importable in the examined Python (gpu.visible reports it)"
+    assert run_probe(zero3_model.PROBE, context(ONE_GPU, model=str(tmp_path / "nope"))).summary == \
+        f"skipped: cannot read the model's config.json: {tmp_path / 'nope'}: no such folder"
+
+
+def test_list_says_why_a_probe_would_skip(tmp_path, capsys):
+    from mgft_doctor.check.registry import all_probes
+
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"zero_optimization": {"stage": 3}}')
+    list_probes(all_probes(), context(ONE_GPU, config=str(ds)))
+    lines = capsys.readouterr().out.splitlines()
+    after = {lines[i].split()[0]: lines[i + 1].strip() for i in range(len(lines) - 1)
+             if lines[i + 1].startswith(" ")}
+    assert after == {"nccl.p2p": "would skip: needs 2 GPUs, 1 visible",
+                     "config.memory": "would skip: no model given (--model, or model_name_or_path in the YAML)",
+                     "config.zero3_guards": "would skip: no LLaMA-Factory YAML given (mgft-doctor check train.yaml)",
+                     "zero3.model": "would skip: no model given (--model PATH_OR_ID, or model_name_or_path in the YAML)"}
+
+
+def test_list_without_a_config_asks_no_probe(run_doctor):
+    code, out, err = run_doctor("--list")
+    assert code == 0 and "would skip" not in out
+    assert [ln.split()[0] for ln in out.splitlines()][:2] == ["gpu.visible", "nccl.shm"]
