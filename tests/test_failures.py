@@ -1,7 +1,11 @@
 """The root-error choice on multi-rank logs: the first failing rank's own error, not the
 launcher's echo, not a warning of a healthy run."""
 
-from mgft_doctor.explain import explain_text
+from pathlib import Path
+
+import pytest
+
+from mgft_doctor.explain import explain_paths, explain_text
 
 TORCHRUN_SUMMARY = """E0301 09:41:20.533000 50300 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 1 (pid: 50313) of binary: /usr/bin/python
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
@@ -89,3 +93,89 @@ def test_error_glued_to_a_progress_bar_is_split_off():
     r = explain_text(log)
     assert r.root_error.text.startswith("[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog")
     assert r.root_error.rank == 2
+
+
+# --- the root across ranks: real two-rank gloo runs (tests/fixtures/ranks/make_logs.sh) ---
+
+RANKS = Path(__file__).parent / "fixtures" / "ranks"
+# fixture -> (rank that raised, rank torchrun's summary names, rank prefix printed on the root line)
+CROSS_RANK = {
+    "r1_raises_r0_peer_closed": (1, 1, 1),
+    "r0_raises_r1_peer_closed": (0, 0, 0),
+    "r1_raises_r0_times_out": (1, 0, None),  # printed with traceback.print_exc: no [rankN]: prefix
+    "r0_raises_r1_times_out": (0, 1, None),
+    "tee_r1_raises_r0_peer_closed": (1, 1, 1),
+    "tee_r0_raises_r1_peer_closed": (0, 0, 0),
+    "tee_r1_raises_r0_times_out": (1, 0, 1),
+    "tee_r0_raises_r1_times_out": (0, 1, 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CROSS_RANK))
+def test_own_error_before_a_peers_timeout_or_lost_connection_is_the_root(name):
+    raised, named, prefix = CROSS_RANK[name]
+    r = explain_paths([str(RANKS / f"{name}.log")])
+    assert r.failure and r.root_error.text.startswith("ValueError: Invalid sample at step 3"), r.root_error
+    assert r.root_error.rank == prefix
+    launcher = [ln for ln in (RANKS / f"{name}.log").read_text().splitlines() if ln.startswith("  rank      :")][-1]
+    assert launcher.startswith(f"  rank      : {named} "), launcher  # the fixture is what it claims
+    # the failing rank is the one that raised, also when torchrun's summary names the one that timed out
+    assert r.failed_rank in ((raised,) if prefix is not None else (raised, None))
+    assert r.failed_rank != named or named == raised
+    assert not any(d.code in ("MGD301", "MGD207") for d in r.diagnoses)
+
+
+NCCL_TIMEOUT_AFTER_OWN_ERROR = (
+    "[rank1]: Traceback (most recent call last):\n"
+    '[rank1]:   File "/opt/LLaMA-Factory/src/llamafactory/data/processor/supervised.py", line 51, in _encode_data_example\n'
+    "[rank1]: ValueError: Template qwen does not support the `system` role.\n"
+    "[rank0]:[E1201 10:40:02.118000 7711 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600043 milliseconds before timing out.\n"
+    "[rank0]:[E1201 10:40:02.119000 7711 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) Rank 0] failure detected by watchdog at work sequence id: 7 PG status: last enqueued work: 7, last completed work: 6\n"
+    "[rank0]:[E1201 10:40:02.119000 7711 ProcessGroupNCCL.cpp:670] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
+    "[rank0]:[E1201 10:40:02.119000 7711 ProcessGroupNCCL.cpp:676] To avoid data inconsistency, we are taking the entire process down.\n"
+    "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+    "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: [Rank 0] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600043 milliseconds before timing out.\n"
+    "Fatal Python error: Aborted\n"
+    + TORCHRUN_SUMMARY.replace("local_rank: 1", "local_rank: 0").replace("rank      : 1", "rank      : 0")
+    .replace("exitcode: 1)", "exitcode: -6)").replace("exitcode  : 1", "exitcode  : -6")
+)
+
+
+def test_nccl_watchdog_abort_after_another_ranks_error_is_its_consequence():
+    """Wording of torch 2.x's ProcessGroupNCCL (compiled into libtorch_cuda.so); torchrun names rank 0."""
+    r = explain_text(NCCL_TIMEOUT_AFTER_OWN_ERROR)
+    assert r.root_error.text.startswith("ValueError: Template qwen") and r.failed_rank == 1
+    assert -6 in r.exit_codes
+    assert not any(d.code in ("MGD301", "MGD302", "MGD207") for d in r.diagnoses)
+
+
+def test_nccl_remote_error_and_store_reset_after_a_crash_are_consequences():
+    log = ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB\n"
+           "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, "
+           "remote process exited or there was a network error, NCCL version 2.21.5\n"
+           "[rank1]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n"
+           "[rank2]: torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
+           "via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer\n"
+           + TORCHRUN_SUMMARY)
+    r = explain_text(log)
+    assert r.root_error.text.startswith("torch.OutOfMemoryError") and r.failed_rank == 0
+
+
+def test_a_rank_killed_without_a_word_is_the_root_not_its_peers_lost_connection():
+    log = ("[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:46011\n"
+           + TORCHRUN_SUMMARY.replace("exitcode: 1)", "exitcode: -9)").replace("exitcode  : 1", "exitcode  : -9"))
+    r = explain_text(log)
+    assert r.root_kind == "exit" and "exitcode: -9" in r.root_error.text and r.failed_rank == 1
+    assert r.diagnoses and r.diagnoses[0].code == "MGD705"  # host RAM: the kernel's OOM killer
+
+
+def test_a_timeout_with_no_own_error_before_it_stays_the_root():
+    log = ("Running tokenizer on dataset (num_proc=16):  40%|####      | 400/1000 [00:02<00:03, 155.57 examples/s]\n"
+           "[rank1]:[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+           "OpType=BARRIER, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800512 milliseconds before timing out.\n"
+           + TORCHRUN_SUMMARY)
+    r = explain_text(log)
+    assert "Watchdog caught collective operation timeout" in r.root_error.text and r.failed_rank == 1
+    assert r.diagnoses and r.diagnoses[0].code == "MGD302"

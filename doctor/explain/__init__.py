@@ -9,7 +9,7 @@ import io
 
 from ..catalog import Entry, load_catalog
 from ..catalog.fixes import choose_fixes
-from .failures import FailureReader
+from .failures import FailureReader, is_consequence
 from .match import Candidate, Matcher
 from .report import SCHEMA, Diagnosis, ExplainReport
 from .scan import compile_triggers, scan
@@ -50,7 +50,8 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
     root_kind = analysis.root.kind if analysis.root else None
     if analysis.failure:
         candidates = matcher.rank(analysis.root_lines, _root_followers(analysis),
-                                  analysis.root.line.rank if analysis.root else None)
+                                  analysis.root.line.rank if analysis.root else None,
+                                  echo=is_consequence if analysis.consequences else None)
     else:
         # no error was printed; only entries that recognise a silent failure (a hang seen in a
         # stack dump, training on the CPU) may still call it one
@@ -65,6 +66,7 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
         root_error=root_line, root_kind=root_kind,
         failed_rank=analysis.failed_rank, exit_codes=analysis.exit_codes, versions=found,
         version_origin=origin, bytes_read=stats.get("bytes", 0), lines_read=stats.get("lines", 0),
+        launcher_rank=analysis.launcher_rank, consequences=[e.line for e in analysis.consequences],
     )
 
 

@@ -2,7 +2,9 @@
 ChildFailedError summary, launcher exit codes, signals, NCCL and compiler errors.
 
 The root cause is the first failing rank's own error: not the SIGTERM its neighbours got, not
-the launcher's summary, not the wrapper exception of the CLI that started torchrun."""
+the launcher's summary, not the wrapper exception of the CLI that started torchrun, and not a
+collective timeout or lost-peer error that another rank printed after it (a consequence: the
+rank it waited for had already failed)."""
 
 from __future__ import annotations
 
@@ -42,6 +44,32 @@ PRIMARY_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("oom-killer", re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_reaper: reaped process|"
                               r"Detected \d+ oom.kill event|cgroup out-of-memory handler|task \d+: Out Of Memory")),
 )
+# What a rank prints when a collective it waits in times out, or when the peer it talks to is
+# gone: the consequence of another rank's failure, never the root when an own error came first.
+# Wording from torch's c10d (ProcessGroupNCCL.cpp, ProcessGroupGloo/gloo tcp pair.cc and
+# unbound_buffer.cc, TCPStore) and NCCL's own messages, as compiled into torch 2.x.
+COLLECTIVE_TIMEOUT = re.compile(
+    r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out|"
+    r"NCCL operation timed out|timed out in blocking wait|Exception \(either an error or timeout\) detected by watchdog|"
+    r"Timed out waiting \d+ms for (?:recv|send) operation|Heartbeat monitor timed out|watchdog got stuck for|"
+    r"Received a dump signal due to a collective timeout|Observed flight recorder dump signal|"
+    r"watchdog thread terminated with exception"
+)
+PEER_LOST = re.compile(
+    r"Connection closed by (?:remote )?peer|Connection reset by peer|typically caused by a remote worker crashing|"
+    r"remote process exited or there was a network error|remote process exiting prematurely|ncclRemoteError|"
+    r"Failed to recv, got 0 bytes|recvValue failed|Broken pipe|NCCL communicator was aborted|"
+    r"ProcessGroupNCCL\b.*\babort|terminate called after throwing an instance of 'c10::DistBackendError'"
+)
+# a process taking itself down after the watchdog fired ('Fatal Python error: Aborted')
+_ABORT_AFTER = re.compile(r"Fatal Python error: Aborted|^Aborted\b")
+
+
+def is_consequence(text: str) -> bool:
+    """True for a collective timeout or a lost-peer error: the echo of another rank's failure."""
+    return bool(COLLECTIVE_TIMEOUT.search(text) or PEER_LOST.search(text))
+
+
 # NCCL WARN lines are not a failure on their own (healthy runs print some: a missing
 # libibverbs on a node without InfiniBand); when the run fails, the last ones printed shortly
 # before the first error usually say why, so they may be its root.
@@ -90,6 +118,8 @@ class FailureAnalysis:
     exit_codes: list[int]
     root: FailureEvent | None
     root_lines: set[tuple[int, int]]  # (source, line no) of the root error and its traceback
+    launcher_rank: int | None = None  # the rank torchrun's summary (or 'failed ... local_rank') named
+    consequences: list[FailureEvent] = field(default_factory=list)  # timeouts and lost peers after the root
 
     @property
     def failure(self) -> bool:
@@ -213,34 +243,91 @@ class FailureReader:
                 self.tracebacks.append(tb)
         primaries = [e for e in self.events if e.primary]
         root = None
+        consequences: list[FailureEvent] = []
         if primaries:
-            first = min(e.line.no for e in primaries if e.line.source == primaries[0].line.source)
-            warns = [FailureEvent("nccl", w, primary=True) for w in self.nccl_warnings
-                     if w.source == primaries[0].line.source and first - WARN_BEFORE_ERROR_LINES <= w.no <= first]
-            pool = sorted(warns + primaries, key=lambda e: (e.line.source, e.line.no))
-            if self.failed_rank is not None:
-                # drop the errors other ranks printed; rank-less lines (compiler, NCCL, shell) stay
-                own = [e for e in pool if e.line.rank in (self.failed_rank, None)]
-                if own:
-                    pool = own
-            root = _first_meaningful(pool)
+            pool = self._pool(primaries)
+            echoes = _consequence_ids(pool)
+            root = self._choose_root(pool, echoes)
+            if id(root) not in echoes:
+                consequences = [e for e in pool if id(e) in echoes and e.line.no > root.line.no]
         else:
-            failing_exits = [e for e in self.events if e.kind == "exit" and e.exit_code not in (0, None)]
-            if failing_exits:
-                # no error of the rank's own: the exit code is all we have (e.g. -9 from the OOM killer)
-                summary = [e for e in failing_exits if e.exit_code == self.summary_exit]
-                root = (summary or failing_exits)[0]
-        failed_rank = self.failed_rank
-        if failed_rank is None and root is not None:
-            failed_rank = root.line.rank
-        root_lines: set[tuple[int, int]] = set()
-        if root is not None:
-            root_lines.add((root.line.source, root.line.no))
-            tb = root.traceback
-            if tb is not None:
-                root_lines.update((tb.source, f.no) for f in tb.frames)
-                root_lines.add((tb.source, tb.start))
-        return FailureAnalysis(self.events, self.tracebacks, failed_rank, self.exit_codes, root, root_lines)
+            root = self._exit_root()
+        return FailureAnalysis(self.events, self.tracebacks, self._failed_rank(root, consequences),
+                               self.exit_codes, root, _root_lines(root), self.failed_rank, consequences)
+
+    def _failed_rank(self, root: FailureEvent | None, consequences: list[FailureEvent]) -> int | None:
+        """The rank whose own error is the root. torchrun names the rank that exited first, which
+        is often the one whose watchdog fired, not the one that failed."""
+        if root is None:
+            return self.failed_rank
+        if root.line.rank is not None and (self.failed_rank is None or consequences):
+            return root.line.rank
+        if consequences and self.failed_rank in {e.line.rank for e in consequences}:
+            return None  # torchrun named a rank that only timed out; the failing rank's lines carry no prefix
+        return self.failed_rank if self.failed_rank is not None else root.line.rank
+
+    def _pool(self, primaries: list[FailureEvent]) -> list[FailureEvent]:
+        """The primary errors of the first log that has one, with the NCCL WARN lines shortly before them."""
+        source = primaries[0].line.source
+        first = min(e.line.no for e in primaries if e.line.source == source)
+        warns = [FailureEvent("nccl", w, primary=True) for w in self.nccl_warnings
+                 if w.source == source and first - WARN_BEFORE_ERROR_LINES <= w.no <= first]
+        return sorted(warns + primaries, key=lambda e: (e.line.source, e.line.no))
+
+    def _choose_root(self, pool: list[FailureEvent], echoes: set[int]) -> FailureEvent:
+        """The launcher's first failed rank's first error; but when that is a timeout or a lost
+        peer, the own error some rank printed before it (or the launcher's exit code of the rank
+        that died without one) is the root."""
+        own = pool
+        if self.failed_rank is not None:
+            # drop the errors other ranks printed; rank-less lines (compiler, NCCL, shell) stay
+            own = [e for e in pool if e.line.rank in (self.failed_rank, None)] or pool
+        root = _first_meaningful(own)
+        if id(root) not in echoes:
+            return root
+        earlier = [e for e in pool if id(e) not in echoes and (e.line.source, e.line.no) < (root.line.source, root.line.no)]
+        if earlier:
+            return _first_meaningful(earlier)
+        died = self._summary_exit_event()
+        if died is not None and root.line.rank is not None and root.line.rank != self.failed_rank:
+            return died  # the rank torchrun saw fail first printed nothing: its exit code says how it died
+        return root
+
+    def _summary_exit_event(self) -> FailureEvent | None:
+        if self.summary_exit in (None, 0, -15):
+            return None
+        return next((e for e in self.events if e.kind == "exit" and e.exit_code == self.summary_exit), None)
+
+    def _exit_root(self) -> FailureEvent | None:
+        """No error of the rank's own: the exit code is all we have (e.g. -9 from the OOM killer)."""
+        failing_exits = [e for e in self.events if e.kind == "exit" and e.exit_code not in (0, None)]
+        if not failing_exits:
+            return None
+        summary = [e for e in failing_exits if e.exit_code == self.summary_exit]
+        return (summary or failing_exits)[0]
+
+
+def _consequence_ids(pool: list[FailureEvent]) -> set[int]:
+    """The events that echo another failure: timeouts, lost peers, and a rank's abort after them."""
+    echoes: set[int] = set()
+    echoed: set[tuple[int, int | None]] = set()
+    for e in pool:
+        text = e.line.text
+        if is_consequence(text) or ((e.line.source, e.line.rank) in echoed and _ABORT_AFTER.search(text.strip())):
+            echoes.add(id(e))
+            echoed.add((e.line.source, e.line.rank))
+    return echoes
+
+
+def _root_lines(root: FailureEvent | None) -> set[tuple[int, int]]:
+    root_lines: set[tuple[int, int]] = set()
+    if root is not None:
+        root_lines.add((root.line.source, root.line.no))
+        tb = root.traceback
+        if tb is not None:
+            root_lines.update((tb.source, f.no) for f in tb.frames)
+            root_lines.add((tb.source, tb.start))
+    return root_lines
 
 
 BUILD_OUTPUT_LINES = 60  # how far after ninja's 'FAILED: target' the compiler's own message may come

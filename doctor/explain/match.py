@@ -100,17 +100,21 @@ class Matcher:
                 hits.add(line)
 
     def rank(self, root_lines: set[tuple[int, int]], followers: set[tuple[int, int]] = frozenset(),
-             root_rank: int | None = None) -> list[Candidate]:
+             root_rank: int | None = None, echo=None) -> list[Candidate]:
         """Rank the entries; a line is 'at the root' when it is the root error or its traceback,
-        or follows it closely and was printed by the same rank (or by no rank in particular)."""
+        or follows it closely and was printed by the same rank (or by no rank in particular).
+        echo(line) -> bool, given when the root is a rank's own error that other ranks' timeouts
+        followed: an entry seen only on such echo lines would blame the consequence; it is dropped."""
 
         def at_root_line(ln: LogLine) -> bool:
             key = (ln.source, ln.no)
-            return key in root_lines or (key in followers and ln.rank in (root_rank, None))
+            if key in root_lines:
+                return True
+            return key in followers and ln.rank in (root_rank, None) and not (echo is not None and echo(ln.text))
 
-        return self._rank(at_root_line)
+        return self._rank(at_root_line, echo)
 
-    def _rank(self, at_root_line) -> list[Candidate]:
+    def _rank(self, at_root_line, echo=None) -> list[Candidate]:
         by_entry: dict[int, list[tuple[_Slot, Hits]]] = {}
         for i, hits in self.hits.items():
             slot = self.slots[i]
@@ -127,6 +131,8 @@ class Matcher:
             if len(groups) < len(entry.requires):
                 continue
             at_root = any(at_root_line(ln) for _, h in sigs for ln in h.lines())
+            if echo is not None and not at_root and all(echo(ln.text) for _, h in sigs for ln in h.lines()):
+                continue
             distinct = len({id(s.pattern) for s, _ in sigs})
             contexts = len({id(s.pattern) for s, _ in matched if s.role == "context"})
             score = (ROOT_SIGNATURE if at_root else OTHER_SIGNATURE)

@@ -34,6 +34,12 @@ def render(report: ExplainReport, console: Console, verbose: bool = False) -> No
         r = report.root_error
         console.print(f"  Root error, line {r.no}" + (f" (rank {r.rank})" if r.rank is not None else "") + ":")
         console.print(f"    [red]{escape(r.text.strip()[:400])}[/]")
+        if report.consequences:
+            echo = report.consequences[0]
+            who = f"rank {echo.rank}" if echo.rank is not None else "another rank"
+            named = (f"; torchrun's summary names rank {report.launcher_rank}, the first to exit"
+                     if report.launcher_rank is not None and report.launcher_rank != report.failed_rank else "")
+            console.print(f"  Then {who} failed waiting for it (line {echo.no}: a consequence){named}.")
     if report.versions and verbose:
         console.print("  Versions: " + ", ".join(f"{k} {v} ({report.version_origin.get(k, 'log')})" for k, v in sorted(report.versions.items())))
     console.print()

@@ -32,6 +32,8 @@ class ExplainReport:
     exit_codes: list[int]
     versions: dict[str, str]
     version_origin: dict[str, str] = field(default_factory=dict)
+    launcher_rank: int | None = None  # the rank torchrun's summary named (the first to exit)
+    consequences: list[LogLine] = field(default_factory=list)  # other ranks' timeouts/lost peers after the root
     bytes_read: int = 0
     lines_read: int = 0
 
