@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mgft_doctor.runconfig import ds_rules as dsconfig_rules
 from mgft_doctor.check.context import Context
-from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 
 from . import _codes
 
@@ -45,8 +45,8 @@ def run(ctx: Context):
         what.append("no DeepSpeed config (DDP)")
     details = [f"world size assumed: {world} ({ctx.nproc} per node × {ctx.options.nnodes} node(s))"]
     summary = "; ".join(what) + (f": {len(findings)} problem(s)" if findings else ": consistent")
-    return result(ID, TITLE, summary, findings, {"world_size": world, "zero_stage": rc.zero_stage if rc.ds else None},
-                  details)
+    return verdict(summary, findings, {"world_size": world, "zero_stage": rc.zero_stage if rc.ds else None},
+                   details)
 
 
 PROBE = Probe(ID, TITLE, run, applies=applies)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mgft_doctor.runconfig import memory as me
 from mgft_doctor.check.context import Context
-from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 
 from . import _codes
 
@@ -124,7 +124,7 @@ def run(ctx: Context):
                + (f"configured ZeRO-{stage} needs ~{metrics['configured_gpu_GiB']:.0f} GiB/GPU; " if stage is not None else "")
                + (f"smallest fitting: ZeRO-{best.stage}{' + ' + best.offload + ' offload' if best.offload != 'none' else ''}"
                   if best else "no ZeRO stage fits"))
-    return result(ID, TITLE, summary, findings, metrics, details)
+    return verdict(summary, findings, metrics, details)
 
 
 PROBE = Probe(ID, TITLE, run, applies=applies)

@@ -7,7 +7,7 @@ checkpoint (quantization_config in the model's config.json) is zero3.model's fin
 from __future__ import annotations
 
 from mgft_doctor.check.context import Context
-from mgft_doctor.check.probe import Finding, Probe, result
+from mgft_doctor.check.probe import Finding, Probe, verdict
 
 from . import _codes
 
@@ -110,7 +110,7 @@ def run(ctx: Context):
     summary = f"{what}: " + (f"LLaMA-Factory would refuse {len(findings)} setting(s)" if findings
                              else "none of LLaMA-Factory's ZeRO-3/DeepSpeed refusals apply")
     details = [f"checked as LLaMA-Factory 0.9.5 does: {checked}"]
-    return result(ID, TITLE, summary, findings, {"zero_stage": stage, "world_size": world}, details)
+    return verdict(summary, findings, {"zero_stage": stage, "world_size": world}, details)
 
 
 PROBE = Probe(ID, TITLE, run, applies=applies)

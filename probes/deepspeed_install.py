@@ -11,7 +11,7 @@ import os
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.launch_findings import explain_log
 from mgft_doctor.launch import worker_script
-from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 
 from . import _codes
 from mgft_doctor.launch.script import run_script
@@ -40,34 +40,34 @@ def run(ctx: Context):
         code = report.diagnoses[0].code if report is not None and report.diagnoses else _codes.DS_IMPORT_FAILED
         what = (f"no answer within {res.wall_s:.0f} s" if res.timed_out else f"exit code {res.returncode}")
         tail = (res.log.strip().splitlines() or [""])[-1][:300]
-        return result(ID, TITLE, f"could not examine DeepSpeed in {o.python} ({what})",
-                      [Finding(code, f"reading DeepSpeed's install in {o.python} failed ({what}): {tail}",
-                               "Run `python -c 'import deepspeed'` in that environment and fix what it prints; "
-                               "`mgft-doctor -v` shows the output.")],
-                      {"wall_s": round(res.wall_s, 2)}, ["output (tail):", *("  " + ln[:300] for ln in res.log.strip().splitlines()[-20:])])
+        return verdict(f"could not examine DeepSpeed in {o.python} ({what})",
+                       [Finding(code, f"reading DeepSpeed's install in {o.python} failed ({what}): {tail}",
+                                "Run `python -c 'import deepspeed'` in that environment and fix what it prints; "
+                                "`mgft-doctor -v` shows the output.")],
+                       {"wall_s": round(res.wall_s, 2)}, ["output (tail):", *("  " + ln[:300] for ln in res.log.strip().splitlines()[-20:])])
     details = [f"python {d.get('python')} at {d.get('executable')}"]
     metrics = {"wall_s": round(res.wall_s, 2)}
     python = d.get("executable") or o.python
 
     # 1. Installed and importable?
     if "torch" not in d and not d.get("deepspeed_dist"):
-        return result(ID, TITLE, f"deepspeed is not installed in {python}",
-                      [Finding(_codes.DS_MISSING, f"deepspeed is not installed in {python}"
-                               + (f" (torch is missing too: {d.get('torch_error')})" if d.get("torch_error") else ""),
-                               INSTALL_FIX.format(python=python) + (" Install PyTorch first." if d.get("torch_error") else ""))],
-                      metrics, details)
+        return verdict(f"deepspeed is not installed in {python}",
+                       [Finding(_codes.DS_MISSING, f"deepspeed is not installed in {python}"
+                                + (f" (torch is missing too: {d.get('torch_error')})" if d.get("torch_error") else ""),
+                                INSTALL_FIX.format(python=python) + (" Install PyTorch first." if d.get("torch_error") else ""))],
+                       metrics, details)
     if "torch" not in d:
-        return result(ID, TITLE, f"deepspeed {d.get('deepspeed_dist')} is installed but torch does not import",
-                      [Finding(_codes.TORCH_MISSING, f"deepspeed {d.get('deepspeed_dist')} is installed in {python} but "
-                               f"torch cannot be imported: {d.get('torch_error')}",
-                               "Install PyTorch in this environment (a CUDA build for GPUs); DeepSpeed needs it.")],
-                      metrics, details)
+        return verdict(f"deepspeed {d.get('deepspeed_dist')} is installed but torch does not import",
+                       [Finding(_codes.TORCH_MISSING, f"deepspeed {d.get('deepspeed_dist')} is installed in {python} but "
+                                f"torch cannot be imported: {d.get('torch_error')}",
+                                "Install PyTorch in this environment (a CUDA build for GPUs); DeepSpeed needs it.")],
+                       metrics, details)
     details.append(f"torch {d['torch']} (CUDA {d.get('torch_cuda') or 'none: CPU build'}), "
                    f"{d.get('device_count', 0)} GPU(s) visible to torch")
     if not d.get("deepspeed_dist") and "deepspeed_error" in d and "No module named 'deepspeed'" in d["deepspeed_error"]["error"]:
-        return result(ID, TITLE, f"deepspeed is not installed in {python}",
-                      [Finding(_codes.DS_MISSING, f"deepspeed is not installed in {python} (torch {d['torch']} is)",
-                               INSTALL_FIX.format(python=python))], metrics, details)
+        return verdict(f"deepspeed is not installed in {python}",
+                       [Finding(_codes.DS_MISSING, f"deepspeed is not installed in {python} (torch {d['torch']} is)",
+                                INSTALL_FIX.format(python=python))], metrics, details)
     if "deepspeed_error" in d:
         err = d["deepspeed_error"]
         report = explain_log(err.get("traceback", "")) if err.get("traceback") else None
@@ -78,8 +78,8 @@ def run(ctx: Context):
                "An old DeepSpeed often does not import on a newer torch (or the reverse): upgrade it with "
                f"{python} -m pip install -U deepspeed, or install the torch it supports.")
         details += ["import deepspeed (traceback tail):", *("  " + ln for ln in err.get("traceback", "").strip().splitlines()[-12:])]
-        return result(ID, TITLE, "deepspeed does not import", [Finding(diag.code if diag else _codes.DS_IMPORT_FAILED, msg, fix)],
-                      metrics, details)
+        return verdict("deepspeed does not import", [Finding(diag.code if diag else _codes.DS_IMPORT_FAILED, msg, fix)],
+                       metrics, details)
     metrics.update(deepspeed=d.get("deepspeed"), torch=d["torch"], torch_cuda=d.get("torch_cuda"),
                    import_s=d.get("deepspeed_import_s"))
     findings: list[Finding] = []
@@ -273,7 +273,7 @@ def run(ctx: Context):
     summary = (f"deepspeed {d.get('deepspeed')} on torch {d['torch']}, accelerator {acc or '?'}"
                + (f", nvcc {metrics['nvcc']}" if metrics.get("nvcc") else "")
                + (f"; JIT toolchain ready for {', '.join(jit)}" if jit and not any(f.severity is Status.FAIL for f in findings) else ""))
-    return result(ID, TITLE, summary, findings, metrics, details)
+    return verdict(summary, findings, metrics, details)
 
 
 PROBE = Probe(ID, TITLE, run)

@@ -14,7 +14,7 @@ import time
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.launch_findings import explain_log
 from mgft_doctor.launch import worker_script
-from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 
 from . import _codes
 from mgft_doctor.launch.script import ScriptRun, run_script
@@ -212,7 +212,7 @@ def run(ctx: Context):
         summary = f"{', '.join(failed)} did not build and run" + (f"; built and ran {ran_ok}" if done else "")
     else:
         summary = f"built, loaded and ran {ran_ok}"
-    return result(ID, TITLE, summary, findings, metrics, details)
+    return verdict(summary, findings, metrics, details)
 
 
 def _clear_locks(cache_root: str, op: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 from mgft_doctor.check.context import Context
-from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 
 from . import _codes
 
@@ -20,17 +20,17 @@ def visible_devices(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip() and v.strip() != "-1"]
 
 
-def run(ctx: Context) -> "ProbeResult":  # noqa: F821
+def run(ctx: Context):
     facts = ctx.facts.raw
     topo = ctx.topology
     findings: list[Finding] = []
     details = []
     if "facts_error" in facts or "torch_error" in facts:
         why = facts.get("facts_error") or facts.get("torch_error")
-        return result(ID, TITLE, f"torch cannot be imported in {ctx.options.python}: {why}",
-                      [Finding(_codes.TORCH_MISSING, f"torch is not importable: {why}",
-                               "Install PyTorch in this environment (a CUDA build for GPUs), or point the doctor at "
-                               "the training environment with --python /path/to/env/bin/python.")])
+        return verdict(f"torch cannot be imported in {ctx.options.python}: {why}",
+                       [Finding(_codes.TORCH_MISSING, f"torch is not importable: {why}",
+                                "Install PyTorch in this environment (a CUDA build for GPUs), or point the doctor at "
+                                "the training environment with --python /path/to/env/bin/python.")])
     count = int(facts.get("device_count") or 0)
     smi_count = len(topo.gpus)
     cvd = visible_devices(facts.get("cuda_visible_devices"))
@@ -79,11 +79,11 @@ def run(ctx: Context) -> "ProbeResult":  # noqa: F821
             findings.append(Finding(_codes.SLOW_INTERCONNECT, f"mixed GPU models: {', '.join(names)}",
                                     "Data-parallel ranks run at the speed of the slowest GPU; use identical GPUs "
                                     "(CUDA_VISIBLE_DEVICES) for one run.", Status.WARN))
-        return result(ID, TITLE, summary, findings, metrics, details)
+        return verdict(summary, findings, metrics, details)
     if findings:
-        return result(ID, TITLE, "GPUs present but not usable by torch", findings, metrics, details)
-    return result(ID, TITLE, "no GPU visible: the multi-rank probes run on the CPU with gloo "
-                  "(this proves the launch path, not NCCL)", findings, metrics, details, status=Status.WARN)
+        return verdict("GPUs present but not usable by torch", findings, metrics, details)
+    return verdict("no GPU visible: the multi-rank probes run on the CPU with gloo "
+                   "(this proves the launch path, not NCCL)", findings, metrics, details, status=Status.WARN)
 
 
 PROBE = Probe(ID, TITLE, run)

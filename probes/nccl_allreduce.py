@@ -9,7 +9,7 @@ from mgft_doctor.check.context import Context
 from mgft_doctor.check.launch_findings import launch_failure_findings
 from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.torchrun import launch
-from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 from mgft_doctor.check.topology import Topology
 
 from . import _codes
@@ -37,9 +37,9 @@ def run(ctx: Context):
     nproc = ctx.nproc
     gpus = ctx.facts.gpu_count
     if backend == "nccl" and nproc > gpus:
-        return result(ID, TITLE, f"{nproc} ranks but {gpus} GPU(s)",
-                      [Finding(_codes.NPROC_GT_GPUS, f"cannot run {nproc} NCCL ranks on {gpus} GPU(s)",
-                               f"Use --nproc {gpus} or make more GPUs visible.")])
+        return verdict(f"{nproc} ranks but {gpus} GPU(s)",
+                       [Finding(_codes.NPROC_GT_GPUS, f"cannot run {nproc} NCCL ranks on {gpus} GPU(s)",
+                                f"Use --nproc {gpus} or make more GPUs visible.")])
     sizes = GPU_SIZES_MB if backend == "nccl" else CPU_SIZES_MB
     args = {"backend": backend, "sizes_mb": sizes, "iters": 10 if backend == "nccl" else 3,
             "warmup": 3 if backend == "nccl" else 1, "pg_timeout": max(30.0, ctx.options.timeout),
@@ -52,8 +52,8 @@ def run(ctx: Context):
         findings, details = launch_failure_findings(res, f"the {backend} all-reduce on {world} ranks",
                                                     _codes.COLLECTIVE_HANG, _codes.RANK_DIED, HANG_FIX)
         short = "hung (time limit reached)" if res.timed_out else "failed"
-        return result(ID, TITLE, f"the {backend} all-reduce on {world} ranks {short}", findings,
-                      {"wall_s": round(res.wall_s, 2)}, details, status=Status.FAIL)
+        return verdict(f"the {backend} all-reduce on {world} ranks {short}", findings,
+                       {"wall_s": round(res.wall_s, 2)}, details, status=Status.FAIL)
     rows = res.results()
     first = rows[0]
     findings = []
@@ -83,7 +83,7 @@ def run(ctx: Context):
                                     f"busbw {big['busbw_GBps']:.1f} GB/s is far below what {link} should give (>= {floor:.0f} GB/s)",
                                     "P2P is probably off or falling back to host memory: check NCCL_P2P_DISABLE/NCCL_P2P_LEVEL, "
                                     "PCIe ACS/IOMMU settings and `nvidia-smi topo -m`.", Status.WARN))
-    return result(ID, TITLE, summary, findings, metrics, details)
+    return verdict(summary, findings, metrics, details)
 
 
 PROBE = Probe(ID, TITLE, run, needs=("gpu.visible",), slow=True)

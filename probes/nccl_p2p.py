@@ -7,7 +7,7 @@ from __future__ import annotations
 from mgft_doctor.check.context import Context
 from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.script import run_script
-from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 
 from . import _codes
 
@@ -23,14 +23,14 @@ def applies(ctx: Context) -> str | None:
 def run(ctx: Context):
     res = run_script(ctx.options.python, worker_script("p2p"), {}, timeout=ctx.options.timeout)
     if res.timed_out:
-        return result(ID, TITLE, "a GPU-to-GPU copy hung",
-                      [Finding(_codes.P2P_BROKEN, f"a direct GPU-to-GPU copy did not finish in {ctx.options.timeout:.0f} s",
-                               "P2P is broken on this machine: export NCCL_P2P_DISABLE=1 for training, and check "
-                               "that PCIe ACS / IOMMU are disabled (BIOS: ACS off; kernel: iommu=pt).")])
+        return verdict("a GPU-to-GPU copy hung",
+                       [Finding(_codes.P2P_BROKEN, f"a direct GPU-to-GPU copy did not finish in {ctx.options.timeout:.0f} s",
+                                "P2P is broken on this machine: export NCCL_P2P_DISABLE=1 for training, and check "
+                                "that PCIe ACS / IOMMU are disabled (BIOS: ACS off; kernel: iommu=pt).")])
     data = res.payload
     if data is None:
-        return result(ID, TITLE, "the P2P check crashed", status=Status.ERROR,
-                      details=res.log.strip().splitlines()[-15:])
+        return verdict("the P2P check crashed", status=Status.ERROR,
+                       details=res.log.strip().splitlines()[-15:])
     topo = ctx.topology
     names = {g.index: g.name for g in topo.gpus}
     findings, details = [], []
@@ -61,7 +61,7 @@ def run(ctx: Context):
                                 "export NCCL_P2P_DISABLE=1.", Status.WARN))
     summary = (f"{len(data['pairs'])} GPU pairs: " + ("all with working peer access" if not findings else
                f"{len(broken)} broken, {len(no_access)} without peer access"))
-    return result(ID, TITLE, summary, findings, metrics, details)
+    return verdict(summary, findings, metrics, details)
 
 
 PROBE = Probe(ID, TITLE, run, needs=("gpu.visible",), slow=True, applies=applies)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from mgft_doctor.check.context import Context
-from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 
 from . import _codes
 
@@ -22,9 +22,9 @@ def run(ctx: Context):
     try:
         st = os.statvfs(path)
     except OSError as exc:
-        return result(ID, TITLE, f"{path} is missing ({exc.strerror})",
-                      [Finding(_codes.SHM_TOO_SMALL, f"{path} does not exist or cannot be read",
-                               "Mount a tmpfs at /dev/shm (containers: --shm-size=16g or --ipc=host).")])
+        return verdict(f"{path} is missing ({exc.strerror})",
+                       [Finding(_codes.SHM_TOO_SMALL, f"{path} does not exist or cannot be read",
+                                "Mount a tmpfs at /dev/shm (containers: --shm-size=16g or --ipc=host).")])
     size = st.f_frsize * st.f_blocks
     free = st.f_frsize * st.f_bavail
     metrics = {"size_bytes": size, "free_bytes": free}
@@ -34,16 +34,16 @@ def run(ctx: Context):
     if size < FAIL_BELOW:
         f = Finding(_codes.SHM_TOO_SMALL, f"{path} is only {size / MiB:.0f} MiB: NCCL's shared-memory transport and "
                     "DataLoader workers need more (NCCL 'unhandled system error', Bus error / exit code -7)", fix)
-        return result(ID, TITLE, summary, [f], metrics)
+        return verdict(summary, [f], metrics)
     if free < FAIL_BELOW:
         f = Finding(_codes.SHM_TOO_SMALL, f"{path} has only {free / MiB:.0f} MiB free of {size / MiB:.0f} MiB "
                     "(stale segments of crashed runs?)", "Remove stale files in /dev/shm (nccl-*, torch_*) or enlarge it. " + fix)
-        return result(ID, TITLE, summary, [f], metrics)
+        return verdict(summary, [f], metrics)
     if size < WARN_BELOW:
         f = Finding(_codes.SHM_TOO_SMALL, f"{path} is {size / MiB:.0f} MiB: enough for NCCL on a few GPUs, tight "
                     "with many DataLoader workers", fix, Status.WARN)
-        return result(ID, TITLE, summary, [f], metrics)
-    return result(ID, TITLE, summary, metrics=metrics)
+        return verdict(summary, [f], metrics)
+    return verdict(summary, metrics=metrics)
 
 
 PROBE = Probe(ID, TITLE, run)

@@ -17,7 +17,7 @@ from mgft_doctor.catalog import Entry, load_catalog
 from mgft_doctor.check.context import Context
 from mgft_doctor.catalog.fixes import choose_fixes
 from mgft_doctor.launch import worker_script
-from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 from packaging.markers import InvalidMarker, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -217,10 +217,10 @@ def run(ctx: Context):
     if d is None:
         what = f"no answer within {res.wall_s:.0f} s" if res.timed_out else f"exit code {res.returncode}"
         tail = (res.log.strip().splitlines() or [""])[-1][:300]
-        return result(ID, TITLE, f"could not read the installed versions in {o.python} ({what})",
-                      [Finding(_codes.PACKAGE_MISSING, f"reading package metadata in {o.python} failed ({what}): {tail}",
-                               "Check that the interpreter runs (`python -c 'import importlib.metadata'`).")],
-                      {"wall_s": round(res.wall_s, 2)})
+        return verdict(f"could not read the installed versions in {o.python} ({what})",
+                       [Finding(_codes.PACKAGE_MISSING, f"reading package metadata in {o.python} failed ({what}): {tail}",
+                                "Check that the interpreter runs (`python -c 'import importlib.metadata'`).")],
+                       {"wall_s": round(res.wall_s, 2)})
     versions = {norm(k): v for k, v in d["versions"].items()}
     versions["python"] = d.get("python")
     if "facts" in ctx.__dict__ and ctx.facts.raw.get("torch_cuda"):  # already read by another probe: free
@@ -319,7 +319,7 @@ def run(ctx: Context):
     summary = head + ("; " + ", ".join(summary_parts) if summary_parts and not findings else "")
     if findings:
         summary = head + f"; {len(findings)} version problem(s)"
-    return result(ID, TITLE, summary, findings, metrics, details)
+    return verdict(summary, findings, metrics, details)
 
 
 PROBE = Probe(ID, TITLE, run)

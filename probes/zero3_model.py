@@ -17,7 +17,7 @@ from mgft_doctor.check.context import Context
 from mgft_doctor.check.launch_findings import launch_failure_findings
 from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.torchrun import launch
-from mgft_doctor.check.probe import Finding, Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, Status, skip, verdict
 from mgft_doctor.probes.workers._moe import is_moe
 
 from . import _codes
@@ -174,8 +174,8 @@ def judge(res, backend: str, model: str, findings: list[Finding], details: list[
     if r0 is None:  # no rank said anything: a launch problem
         fs, ds = launch_failure_findings(res, f"the ZeRO-3 run of {model}", _codes.COLLECTIVE_HANG, _codes.RANK_DIED,
                                          "Check the launch log (mgft-doctor check -v); nccl.allreduce tests the ranks alone.")
-        return result(ID, TITLE, "the two-rank ZeRO-3 run did not start", findings + fs, metrics, details + ds,
-                      status=Status.FAIL)
+        return verdict("the two-rank ZeRO-3 run did not start", findings + fs, metrics, details + ds,
+                       status=Status.FAIL)
     failure = next((r.get("failure") for r in ranks.values() if r.get("failure")), None)
     details += _describe(r0)
     metrics.update(_metrics(r0))
@@ -187,8 +187,8 @@ def judge(res, backend: str, model: str, findings: list[Finding], details: list[
     if missing and not (r0.get("no_leaf") or {}).get("started"):
         fs, ds = launch_failure_findings(res, f"the ZeRO-3 run of {model}", _codes.COLLECTIVE_HANG, _codes.RANK_DIED,
                                          "Check the launch log (mgft-doctor check -v).")
-        return result(ID, TITLE, "the two-rank ZeRO-3 run did not finish", findings + fs, metrics, details + ds,
-                      status=Status.FAIL)
+        return verdict("the two-rank ZeRO-3 run did not finish", findings + fs, metrics, details + ds,
+                       status=Status.FAIL)
     facts = r0.get("ds_facts") or {}
     stage = facts.get("stage")
     proven = []
@@ -220,7 +220,7 @@ def judge(res, backend: str, model: str, findings: list[Finding], details: list[
     if moe_summary:
         summary += f"; {moe_summary}"
     metrics["steps_s"] = round(took, 2)
-    return result(ID, TITLE, summary, findings, metrics, details)
+    return verdict(summary, findings, metrics, details)
 
 
 def _metrics(r0: dict) -> dict:
@@ -389,23 +389,20 @@ def _judge_failure(res, r0, failure: dict, backend: str, model: str, findings, d
     details += ["traceback (tail):", *("  " + ln for ln in (failure.get("traceback") or "").strip().splitlines()[-14:])]
     low = err.lower()
     if step == "import":
-        return result(ID, TITLE, f"skipped: torch/deepspeed/transformers cannot be imported ({err[:200]})",
-                      findings, metrics, details, status=Status.SKIP if not findings else None)
+        return skip(f"torch/deepspeed/transformers cannot be imported ({err[:200]})", findings, metrics, details)
     if step == "load_config":
         if "trust_remote_code" in low or "custom code" in low:
-            return result(ID, TITLE, f"skipped: {model} needs its own Python code (auto_map in config.json); rerun with "
-                          "--trust-remote-code to let the doctor run it", findings, metrics, details,
-                          status=Status.SKIP if not findings else None)
-        return result(ID, TITLE, f"skipped: transformers cannot read the model's config ({err[:200]})", findings,
-                      metrics, details, status=Status.SKIP if not findings else None)
+            return skip(f"{model} needs its own Python code (auto_map in config.json); rerun with "
+                        "--trust-remote-code to let the doctor run it", findings, metrics, details)
+        return skip(f"transformers cannot read the model's config ({err[:200]})", findings, metrics, details)
     if step in ("shrink", "baseline", "load_tokenizer"):
-        return result(ID, TITLE, f"not tested: the shrunk copy of {r0.get('model_type')} does not run even without "
-                      f"DeepSpeed ({err[:160]}); no ZeRO-3 verdict", findings, metrics, details, status=Status.WARN)
+        return verdict(f"not tested: the shrunk copy of {r0.get('model_type')} does not run even without "
+                       f"DeepSpeed ({err[:160]}); no ZeRO-3 verdict", findings, metrics, details, status=Status.WARN)
     if step == "init_distributed":
         fs, ds = launch_failure_findings(res, f"the {backend} process group for the ZeRO-3 run", _codes.COLLECTIVE_HANG,
                                          _codes.RANK_DIED, "nccl.allreduce tests the ranks alone.")
-        return result(ID, TITLE, "the ranks could not form a process group", findings + fs, metrics, details + ds,
-                      status=Status.FAIL)
+        return verdict("the ranks could not form a process group", findings + fs, metrics, details + ds,
+                       status=Status.FAIL)
     hostile = _is_model_code(frame) and (step == "zero_init" or any(h in low for h in SIZE_ZERO_HINTS))
     if step == "zero_init" or hostile:
         what = ("while building it under deepspeed.zero.Init" if step == "zero_init"
@@ -420,8 +417,8 @@ def _judge_failure(res, r0, failure: dict, backend: str, model: str, findings, d
             "(modifications in __init__/post_init), call submodules instead of reading their .weight, or register "
             "the weight with deepspeed.zero.register_external_parameter(module, param). Or train with ZeRO-2, "
             "which never partitions weights."))
-        return result(ID, TITLE, f"{r0.get('model_type')}: the model's code is not ZeRO-3-safe ({step})", findings,
-                      metrics, details, status=Status.FAIL)
+        return verdict(f"{r0.get('model_type')}: the model's code is not ZeRO-3-safe ({step})", findings,
+                       metrics, details, status=Status.FAIL)
     # DeepSpeed refused the config, an op failed to build, or a step failed for another reason:
     # explain the launch log the way a training log would be explained
     # an unexplained error in the model's own code under ZeRO-3 is the model's; anything else (a
@@ -431,8 +428,8 @@ def _judge_failure(res, r0, failure: dict, backend: str, model: str, findings, d
                                      died, "Read the rank's error above; -v shows the traceback.")
     if fs and fs[-1].code == _codes.ZERO3_MODEL_CODE and where:
         fs[-1].message += f" — at {where}"
-    return result(ID, TITLE, f"{r0.get('model_type')}: the ZeRO-3 run failed in step '{step}'", findings + fs, metrics,
-                  details + ds[2:], status=Status.FAIL)
+    return verdict(f"{r0.get('model_type')}: the ZeRO-3 run failed in step '{step}'", findings + fs, metrics,
+                   details + ds[2:], status=Status.FAIL)
 
 
 PROBE = Probe(ID, TITLE, run, needs=("nccl.allreduce",), slow=True, applies=applies)

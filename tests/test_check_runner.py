@@ -8,7 +8,7 @@ import json
 import pytest
 
 from mgft_doctor.check.context import Context, Facts, Options
-from mgft_doctor.check.probe import Probe, Status, result
+from mgft_doctor.check.probe import Finding, Probe, ProbeResult, Status, result, skip, verdict
 from mgft_doctor.check.runner import run_probe, would_skip
 from mgft_doctor.cli.check import list_probes
 from mgft_doctor.errors import DoctorError
@@ -34,6 +34,31 @@ def ran(calls):
         calls.append("run")
         return result("t.probe", "Test", "ran")
     return run
+
+
+def test_the_runner_stamps_id_title_and_duration_on_a_verdict():
+    def slow(ctx):
+        return verdict("ok", metrics={"n": 1}, details=["ran"])
+
+    res = run_probe(Probe("t.probe", "Test", slow), context())
+    assert isinstance(res, ProbeResult) and (res.id, res.title, res.status) == ("t.probe", "Test", Status.PASS)
+    assert res.duration_s > 0
+    assert set(res.to_json()) == {"id", "status", "title", "summary", "findings", "metrics", "details", "duration_s"}
+    warn = Finding("MGD201", "tight", "docker run --shm-size=16g", Status.WARN)
+    assert run_probe(Probe("t.probe", "Test", lambda ctx: verdict("x", [warn])), context()).status is Status.WARN
+
+
+def test_skipped_is_said_once_by_the_runner():
+    res = run_probe(Probe("t.probe", "Test", lambda ctx: skip("needs a model")), context())
+    assert (res.status, res.summary) == (Status.SKIP, "skipped: needs a model")
+    # a skip that found something on the way: the finding decides the status, the summary still says skipped
+    bad = Finding("MGD603", "a pre-quantized checkpoint", "use ZeRO-2")
+    res = run_probe(Probe("t.probe", "Test", lambda ctx: skip("cannot import torch", [bad])), context())
+    assert (res.status, res.summary) == (Status.FAIL, "skipped: cannot import torch")
+    # a whole result written the old way keeps its one prefix
+    old = run_probe(Probe("t.probe", "Test", lambda ctx: result("t.probe", "Test", "skipped: no GPU",
+                                                                    status=Status.SKIP)), context())
+    assert old.summary == "skipped: no GPU"
 
 
 def test_a_reason_from_applies_skips_without_running():

@@ -15,6 +15,7 @@ import pytest
 from mgft_doctor.check.context import Context, Options
 from mgft_doctor.check.probe import Status
 from mgft_doctor.probes import _codes, config_zero3_guards, zero3_model
+from mgft_doctor.check.runner import run_probe as run_checked  # applies(), run(), the stamped result
 
 FIXTURES = Path(__file__).parent / "fixtures" / "remote_code"
 TIMINGS: dict[str, float] = {}
@@ -51,7 +52,7 @@ def run_probe(tmp_path, model=None, config=None, trust=False, timeout=240.0, lab
     opts = Options(model=str(model) if model else None, config=str(config) if config else None, nproc=2,
                    timeout=timeout, trust_remote_code=trust, cache_dir=str(tmp_path / "cache"))
     t0 = time.monotonic()
-    res = zero3_model.run(Context(opts))
+    res = run_checked(zero3_model.PROBE, Context(opts))
     TIMINGS[label or str(model)] = round(time.monotonic() - t0, 1)
     print(f"zero3.model {label or model}: {res.status.value} in {time.monotonic() - t0:.1f} s — {res.summary}")
     assert not leftover_workers()
@@ -213,8 +214,6 @@ def test_moe_block_that_is_not_a_leaf_module(tmp_path):
 
 
 def test_no_model_no_run(tmp_path):
-    from mgft_doctor.check.runner import run_probe as run_checked  # applies() before run()
-
     res = run_checked(zero3_model.PROBE, Context(Options(cache_dir=str(tmp_path))))
     assert res.status is Status.SKIP and "--model" in res.summary
     (tmp_path / "t.yaml").write_text("stage: sft\n")

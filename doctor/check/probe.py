@@ -1,7 +1,8 @@
 """What a probe is and what it returns. A probe has a stable id `family.name`, a title, the
 probes whose results it needs, a cheap applies(context) -> skip reason | None that the runner
-asks first (as DeepSpeed's is_compatible() comes before load()), and run(context) ->
-ProbeResult. A probe that raises is shown as crashed (`error`), never as a pass."""
+asks first (as DeepSpeed's is_compatible() comes before load()), and run(context) -> Verdict
+(summary, findings, metrics, details), on which the runner stamps the probe's id, title and
+duration. A probe that raises is shown as crashed (`error`), never as a pass."""
 
 from __future__ import annotations
 
@@ -52,20 +53,50 @@ class ProbeResult:
                 "details": self.details, "duration_s": round(self.duration_s, 3)}
 
 
+def status_of(findings: list[Finding]) -> Status:
+    """Any FAIL finding fails a probe, any WARN finding warns it, none passes it."""
+    if any(f.severity is Status.FAIL for f in findings):
+        return Status.FAIL
+    return Status.WARN if findings else Status.PASS
+
+
+@dataclass
+class Verdict:
+    """What a probe's run() decides. The runner stamps the probe's id, title and duration on it
+    (flutter's validate() wrapping validateImpl()) and makes it a ProbeResult."""
+
+    status: Status
+    summary: str
+    findings: list[Finding] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    details: list[str] = field(default_factory=list)
+    skipped: bool = False  # made by skip(): the summary is the reason, the runner says "skipped"
+
+
+def verdict(summary: str, findings: list[Finding] | None = None, metrics: dict | None = None,
+            details: list[str] | None = None, status: Status | None = None) -> Verdict:
+    """A verdict whose status follows from its findings (status_of) unless given."""
+    findings = findings or []
+    return Verdict(status_of(findings) if status is None else status, summary, findings, metrics or {}, details or [])
+
+
+def skip(reason: str, findings: list[Finding] | None = None, metrics: dict | None = None,
+         details: list[str] | None = None) -> Verdict:
+    """The probe could not test what it is for, and why; findings made on the way still count
+    (then they decide the status)."""
+    findings = findings or []
+    return Verdict(status_of(findings) if findings else Status.SKIP, reason, findings, metrics or {}, details or [],
+                   skipped=True)
+
+
+# Whole results with the identity written by the probe: what probes returned before the runner
+# stamped it. Still accepted from run() (the runner re-stamps id and title).
+
 def result(probe_id: str, title: str, summary: str, findings: list[Finding] | None = None,
            metrics: dict | None = None, details: list[str] | None = None,
            status: Status | None = None) -> ProbeResult:
-    """A result whose status follows from its findings unless given: any FAIL finding fails it,
-    any WARN finding warns, none passes."""
-    findings = findings or []
-    if status is None:
-        if any(f.severity is Status.FAIL for f in findings):
-            status = Status.FAIL
-        elif findings:
-            status = Status.WARN
-        else:
-            status = Status.PASS
-    return ProbeResult(probe_id, title, status, summary, findings, metrics or {}, details or [])
+    v = verdict(summary, findings, metrics, details, status)
+    return ProbeResult(probe_id, title, v.status, v.summary, v.findings, v.metrics, v.details)
 
 
 def skipped(probe_id: str, title: str, reason: str) -> ProbeResult:
@@ -76,7 +107,7 @@ def skipped(probe_id: str, title: str, reason: str) -> ProbeResult:
 class Probe:
     id: str
     title: str
-    run: Callable[["Context"], ProbeResult]  # noqa: F821 - doctor.context.Context
+    run: Callable[["Context"], Verdict]  # noqa: F821 - doctor.context.Context
     needs: tuple[str, ...] = ()
     slow: bool = False  # starts processes or builds code (seconds to minutes)
     # Why the probe does not apply here (no run config, no model, too few GPUs), or None. Cheap:
