@@ -19,8 +19,9 @@ ALLOWED = {
     "launch": set(),
     "check": {"launch", "explain", "runconfig", "catalog"},
     "probes": {"check", "launch", "runconfig", "catalog", "explain"},
-    "cli": {"check", "launch", "explain", "runconfig", "catalog", "probes"},
+    "cli": {"check", "launch", "explain", "runconfig", "catalog", "probes", "watch"},
     "pytest_plugin": {"check", "explain", "launch", "catalog", "runconfig"},
+    "watch": {"launch", "explain", "catalog"},
 }
 MAX_LONG_FUNCTIONS = 2  # functions over 100 lines in the whole package
 

@@ -1,5 +1,5 @@
 """The `mgft-doctor` command: the top parser and dispatch; one module per command (check, the
-default; explain; codes; fix). Every failure of the doctor's input ends as one line on stderr and
+default; explain; codes; fix; run). Every failure of the doctor's input ends as one line on stderr and
 a documented exit code, never a traceback."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from .. import __version__
 from ..errors import EXIT_CRASH, EXIT_OK, EXIT_USAGE, DoctorError
 
-COMMANDS = ("check", "explain", "codes", "fix")
+COMMANDS = ("check", "explain", "codes", "fix", "run")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_arguments(sub.add_parser("explain", help="find the root cause of a failed training log"))
     codes.add_arguments(sub.add_parser("codes", help="list the known-errors catalog, or show one code's page"))
     fix.add_arguments(sub.add_parser("fix", help="show the repair of a DeepSpeed JSON or LLaMA-Factory YAML as a diff"))
+    from . import run
+    run.add_arguments(sub.add_parser("run", help="run a training command and watch it (stalls, failures)"))
     return p
 
 
@@ -70,5 +72,8 @@ def _dispatch(args) -> int:
     if args.command == "fix":
         from .fix import run_fix
         return run_fix(args)
+    if args.command == "run":
+        from .run import run_run
+        return run_run(args)
     from .check import run_check
     return run_check(args)
