@@ -9,8 +9,6 @@ from mgft_doctor.runconfig import ds_rules as dsconfig_rules
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 
-from . import _codes
-
 ID, TITLE = "config.deepspeed", "DeepSpeed config and run arguments"
 
 
@@ -34,7 +32,7 @@ def run(ctx: Context):
     rc = ctx.run_config
     world = world_size(ctx)
     problems = dsconfig_rules.check(rc, world, gpu_bf16(ctx))
-    findings = [Finding(getattr(_codes, p.key), p.message, p.fix, Status.WARN if p.severity == "warn" else Status.FAIL)
+    findings = [Finding(p.code, p.message, p.fix, Status.WARN if p.severity == "warn" else Status.FAIL)
                 for p in problems]
     what = []
     if rc.yaml_path:

@@ -75,8 +75,8 @@ def run(ctx: Context):
         bf16 = all(d.get("bf16") for d in facts.get("devices", []))
         metrics.update({"min_gpu_memory_bytes": mem, "bf16": bf16})
         summary = f"{count} × {' / '.join(names)} ({mem / GiB:.0f} GiB each, bf16 {'yes' if bf16 else 'no'})"
-        if len(names) > 1:
-            findings.append(Finding(_codes.SLOW_INTERCONNECT, f"mixed GPU models: {', '.join(names)}",
+        if len(names) > 1:  # MGD202 is the P2P page: mixed models have no catalog entry of their own yet
+            findings.append(Finding(_codes.P2P_BROKEN, f"mixed GPU models: {', '.join(names)}",
                                     "Data-parallel ranks run at the speed of the slowest GPU; use identical GPUs "
                                     "(CUDA_VISIBLE_DEVICES) for one run.", Status.WARN))
         return verdict(summary, findings, metrics, details)

@@ -60,7 +60,7 @@ def run(ctx: Context):
     details = [f"{backend} on {world} rank(s) ({nproc} on this node), torch {first.get('torch')}"]
     if not all(r.get("correct") for r in rows):
         bad = [r["rank"] for r in rows if not r.get("correct")]
-        findings.append(Finding(_codes.WRONG_RESULT, f"all-reduce returned a wrong sum on ranks {bad} "
+        findings.append(Finding(_codes.P2P_BROKEN, f"all-reduce returned a wrong sum on ranks {bad} "
                                 f"(got {first.get('value')}, expected {first.get('expected')})",
                                 "Data corruption between GPUs: disable P2P (NCCL_P2P_DISABLE=1) and check the GPUs/driver."))
     for s in first["sizes"]:
@@ -79,7 +79,7 @@ def run(ctx: Context):
         if link:
             summary += f" over {link}"
         if floor and big["busbw_GBps"] < floor:
-            findings.append(Finding(_codes.SLOW_INTERCONNECT,
+            findings.append(Finding(_codes.P2P_BROKEN,
                                     f"busbw {big['busbw_GBps']:.1f} GB/s is far below what {link} should give (>= {floor:.0f} GB/s)",
                                     "P2P is probably off or falling back to host memory: check NCCL_P2P_DISABLE/NCCL_P2P_LEVEL, "
                                     "PCIe ACS/IOMMU settings and `nvidia-smi topo -m`.", Status.WARN))

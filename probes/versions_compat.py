@@ -218,7 +218,7 @@ def run(ctx: Context):
         what = f"no answer within {res.wall_s:.0f} s" if res.timed_out else f"exit code {res.returncode}"
         tail = (res.log.strip().splitlines() or [""])[-1][:300]
         return verdict(f"could not read the installed versions in {o.python} ({what})",
-                       [Finding(_codes.PACKAGE_MISSING, f"reading package metadata in {o.python} failed ({what}): {tail}",
+                       [Finding(_codes.TORCH_MISSING, f"reading package metadata in {o.python} failed ({what}): {tail}",
                                 "Check that the interpreter runs (`python -c 'import importlib.metadata'`).")],
                        {"wall_s": round(res.wall_s, 2)})
     versions = {norm(k): v for k, v in d["versions"].items()}
@@ -245,11 +245,11 @@ def run(ctx: Context):
         disabled = _truthy((d.get("env") or {}).get("DISABLE_VERSION_CHECK"))
         for v in runtime_bad:
             if disabled:
-                findings.append(Finding(_codes.LF_VERSION_PIN, v.describe() + ": DISABLE_VERSION_CHECK is set, so "
+                findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + ": DISABLE_VERSION_CHECK is set, so "
                                         "LLaMA-Factory starts, on a combination it does not support",
                                         f"pip install '{v.requirement}'", Status.WARN))
             else:
-                findings.append(Finding(_codes.LF_VERSION_PIN, v.describe() + ": LLaMA-Factory refuses to start "
+                findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + ": LLaMA-Factory refuses to start "
                                         f"(ImportError: {v.requirement} is required for a normal functioning of this module)",
                                         f"pip install '{v.requirement}' (in {d.get('executable')}); DISABLE_VERSION_CHECK=1 only "
                                         "skips the check, the combination stays untested."))
@@ -257,14 +257,14 @@ def run(ctx: Context):
         meta_bad = [v for v in check_requires("llamafactory", lf, requires.get("llamafactory", []), versions, markers,
                                               set(WATCHED) - {"llamafactory"}) if v.package not in seen]
         for v in meta_bad:
-            findings.append(Finding(_codes.LF_VERSION_PIN, v.describe() + ": outside the range LLaMA-Factory "
+            findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + ": outside the range LLaMA-Factory "
                                     "declares to pip (its start-up check lets it pass)",
                                     f"pip install '{v.requirement}' to get the combination LLaMA-Factory {lf} was released with.",
                                     Status.WARN))
         if not runtime_bad and not meta_bad:
             summary_parts.append(f"within llamafactory {lf}'s ranges")
     elif ctx.run_config is not None and ctx.run_config.yaml_path:
-        findings.append(Finding(_codes.PACKAGE_MISSING, f"llamafactory is not installed in {d.get('executable')}, "
+        findings.append(Finding(_codes.TORCH_MISSING, f"llamafactory is not installed in {d.get('executable')}, "
                                 f"but {ctx.run_config.yaml_path} is a LLaMA-Factory config",
                                 f"{d.get('executable')} -m pip install llamafactory (or point --python at the training environment)."))
     else:
@@ -279,7 +279,7 @@ def run(ctx: Context):
     for v in others:
         if v.installed is None:
             continue
-        findings.append(Finding(_codes.REQUIREMENT_CONFLICT, v.describe() + " (pip check reports it; imports may fail)",
+        findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + " (pip check reports it; imports may fail)",
                                 f"pip install '{v.requirement}', or a {v.source.split(' ')[0]} release that supports {v.package} {v.installed}.",
                                 Status.WARN))
     # Known-bad combinations from the catalog.

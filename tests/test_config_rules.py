@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from mgft_doctor.catalog import load_catalog
+from mgft_doctor.runconfig import codes, load_run_config
 from mgft_doctor.runconfig import ds_rules as dsconfig_rules
-from mgft_doctor.runconfig import load_run_config
 
 Z3_AUTO = {
     "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -21,8 +22,24 @@ def write(tmp_path, name, data):
     return str(p)
 
 
-def keys(problems):
-    return [p.key for p in problems]
+def codes_of(problems):
+    return [p.code for p in problems]
+
+
+def test_every_problem_carries_a_catalog_code():
+    """Each Problem(...) in ds_rules names a constant of runconfig/codes.py, and each of those is a
+    catalog entry: a rule can never send the user to a missing page."""
+    import ast
+    import inspect
+
+    known = {e.code for e in load_catalog()}
+    table = {k: v for k, v in vars(codes).items() if k.isupper()}
+    assert table and {k: v for k, v in table.items() if v not in known} == {}
+    first_args = [node.args[0] for node in ast.walk(ast.parse(inspect.getsource(dsconfig_rules)))
+                  if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Problem"]
+    assert len(first_args) >= 13
+    named = [a.attr for a in first_args if isinstance(a, ast.Attribute) and getattr(a.value, "id", None) == "codes"]
+    assert len(named) == len(first_args) and set(named) <= set(table), ast.dump(first_args[0])
 
 
 def test_auto_is_fine_under_llamafactory_but_flagged_alone(tmp_path):
@@ -31,7 +48,7 @@ def test_auto_is_fine_under_llamafactory_but_flagged_alone(tmp_path):
                                         "per_device_train_batch_size: 2\ngradient_accumulation_steps: 4\nbf16: true\n")
     assert dsconfig_rules.check(load_run_config(yml), 2, True) == []
     alone = dsconfig_rules.check(load_run_config(ds), 2, True)
-    assert keys(alone) == ["DS_AUTO_OUTSIDE_TRAINER"] and alone[0].severity == "warn"
+    assert codes_of(alone) == [codes.DS_AUTO_OUTSIDE_TRAINER] and alone[0].severity == "warn"
     assert "train_batch_size" in alone[0].paths and "zero_optimization.reduce_bucket_size" in alone[0].paths
 
 
@@ -39,28 +56,28 @@ def test_batch_arithmetic_alone_and_against_yaml(tmp_path):
     ds = write(tmp_path, "ds.json", {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 2,
                                       "gradient_accumulation_steps": 18, "zero_optimization": {"stage": 2}})
     probs = dsconfig_rules.check(load_run_config(ds), 7, None)
-    assert keys(probs) == ["DS_BATCH_ARITHMETIC"] and "256" in probs[0].message and "252" in probs[0].message
+    assert codes_of(probs) == [codes.DS_BATCH_ARITHMETIC] and "256" in probs[0].message and "252" in probs[0].message
     ok = write(tmp_path, "ok.json", {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 2,
                                       "gradient_accumulation_steps": 16, "zero_optimization": {"stage": 2}})
     assert dsconfig_rules.check(load_run_config(ok), 8, None) == []
     yml = write(tmp_path, "t.yaml", f"deepspeed: {ds}\nper_device_train_batch_size: 4\ngradient_accumulation_steps: 18\n")
     probs = dsconfig_rules.check(load_run_config(yml), 7, None)
-    assert "DS_HF_MISMATCH" in keys(probs)
+    assert codes.DS_HF_MISMATCH in codes_of(probs)
 
 
 def test_precision_and_zero_sections(tmp_path):
     ds = write(tmp_path, "ds.json", {"fp16": {"enabled": True}, "bf16": {"enabled": True},
                                       "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})
     probs = dsconfig_rules.check(load_run_config(ds), 2, False)
-    ks = keys(probs)
-    assert ks.count("DS_CONFIG_INVALID") == 2  # fp16+bf16, nvme without nvme_path
-    assert "BF16_UNSUPPORTED" in ks and "ZERO3_EMPTY_SAVE" in ks
+    ks = codes_of(probs)
+    assert ks.count(codes.DS_CONFIG_INVALID) == 2  # fp16+bf16, nvme without nvme_path
+    assert codes.BF16_UNSUPPORTED in ks and codes.ZERO3_EMPTY_SAVE in ks
 
 
 def test_huge_ddp_timeout_and_missing_ds_file(tmp_path):
     yml = write(tmp_path, "t.yaml", "deepspeed: examples/deepspeed/nope.json\nddp_timeout: 180000000\n")
     probs = dsconfig_rules.check(load_run_config(yml), 2, None)
-    assert set(keys(probs)) == {"DS_CONFIG_INVALID", "HANG_NEVER_TIMES_OUT"}
+    assert set(codes_of(probs)) == {codes.DS_CONFIG_INVALID, codes.NCCL_WATCHDOG_TIMEOUT}
 
 
 def test_ds_path_resolved_like_llamafactory(tmp_path, monkeypatch):

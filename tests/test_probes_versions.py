@@ -130,11 +130,11 @@ def test_fails_when_llamafactorys_pin_is_violated(tmp_path, monkeypatch):
     python = shadowed_env(tmp_path, {"transformers": "4.40.0"})
     r = probe(python=python)
     assert r.status is Status.FAIL, (r.summary, r.findings)
-    pin = [f for f in r.findings if f.code == _codes.LF_VERSION_PIN and f.severity is Status.FAIL]
+    pin = [f for f in r.findings if f.code == _codes.VERSION_OUTSIDE_PIN and f.severity is Status.FAIL]
     assert len(pin) == 1 and "found transformers 4.40.0" in pin[0].message and "refuses to start" in pin[0].message
     assert "pip install 'transformers>=" in pin[0].fix
     # trl declares transformers>= too: what pip check sees, as a warning
-    assert any(f.code == _codes.REQUIREMENT_CONFLICT and "trl" in f.message for f in r.findings)
+    assert any(f.code == _codes.VERSION_OUTSIDE_PIN and "trl" in f.message for f in r.findings)
     # with LLaMA-Factory's own switch off, it starts: a warning
     monkeypatch.setenv("DISABLE_VERSION_CHECK", "1")
     r = probe(python=python)

@@ -8,7 +8,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import RunConfig
+from . import RunConfig, codes
 
 AUTO_KEYS_INFO = "the HF Trainer (and accelerate) replace \"auto\" from TrainingArguments; deepspeed.initialize does not"
 HUGE_DDP_TIMEOUT_S = 6 * 3600
@@ -16,7 +16,7 @@ HUGE_DDP_TIMEOUT_S = 6 * 3600
 
 @dataclass
 class Problem:
-    key: str  # e.g. 'CODE' symbolic name in probes/_codes.py
+    code: str  # the catalog code (a constant of runconfig/codes.py)
     message: str
     fix: str
     severity: str = "fail"  # 'fail' or 'warn'
@@ -96,7 +96,7 @@ def auto_values(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Proble
                 _set(d, p, 1e-8)
 
     return [Problem(
-        "DS_AUTO_OUTSIDE_TRAINER",
+        codes.DS_AUTO_OUTSIDE_TRAINER,
         f"{len(paths)} value(s) are \"auto\" ({', '.join(paths[:6])}{'…' if len(paths) > 6 else ''}): "
         f"assumed this JSON is used through the HF Trainer/accelerate/LLaMA-Factory, which fill them; "
         f"{AUTO_KEYS_INFO}, so a script calling it directly fails",
@@ -115,14 +115,14 @@ def batch_arithmetic(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[P
         for key, ds_v, y_v in (("train_micro_batch_size_per_gpu", micro, y_micro), ("gradient_accumulation_steps", gas, y_gas)):
             if ds_v is not None and isinstance(y_v, int) and ds_v != y_v:
                 out.append(Problem(
-                    "DS_HF_MISMATCH",
+                    codes.DS_HF_MISMATCH,
                     f"{key} is {ds_v:g} in the DeepSpeed JSON but the YAML gives {y_v}: the HF Trainer stops with "
                     "'Please correct the following DeepSpeed config values that mismatch TrainingArguments values'",
                     f"Set \"{key}\": \"auto\" in the DeepSpeed JSON (the Trainer fills it from the YAML).",
                     "fail", lambda d, key=key: d.__setitem__(key, "auto")))
         if tb is not None and isinstance(y_micro, int) and isinstance(y_gas, int) and tb != y_micro * y_gas * world:
             out.append(Problem(
-                "DS_HF_MISMATCH",
+                codes.DS_HF_MISMATCH,
                 f"train_batch_size {tb:g} != per_device_train_batch_size {y_micro} × gradient_accumulation_steps {y_gas} × "
                 f"{world} GPU(s) = {y_micro * y_gas * world}",
                 "Set \"train_batch_size\": \"auto\" in the DeepSpeed JSON.", "fail",
@@ -130,7 +130,7 @@ def batch_arithmetic(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[P
         return out
     if tb is not None and micro is not None and gas is not None and tb != micro * gas * world:
         out.append(Problem(
-            "DS_BATCH_ARITHMETIC",
+            codes.DS_BATCH_ARITHMETIC,
             f"train_batch_size {tb:g} != train_micro_batch_size_per_gpu {micro:g} × gradient_accumulation_steps {gas:g} × "
             f"world size {world} = {micro * gas * world:g}: DeepSpeed asserts 'Check batch related parameters'",
             f"Make train_batch_size = micro × accumulation × GPUs ({micro * gas * world:g} on {world} GPU(s)), or give only "
@@ -138,7 +138,7 @@ def batch_arithmetic(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[P
             lambda d: d.__setitem__("train_batch_size", int(micro * gas * world))))
     elif tb is not None and micro is not None and gas is None and tb % (micro * world):
         out.append(Problem(
-            "DS_BATCH_ARITHMETIC",
+            codes.DS_BATCH_ARITHMETIC,
             f"train_batch_size {tb:g} is not a multiple of micro batch {micro:g} × {world} GPU(s): DeepSpeed cannot derive "
             "an integer gradient_accumulation_steps", "Choose train_batch_size as a multiple of micro × GPUs.", "fail"))
     return out
@@ -150,12 +150,12 @@ def precision(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]
     bf16 = _get(ds, "bf16.enabled") is True
     out = []
     if fp16 and bf16:
-        out.append(Problem("DS_CONFIG_INVALID", "fp16.enabled and bf16.enabled are both true: DeepSpeed refuses both",
+        out.append(Problem(codes.DS_CONFIG_INVALID, "fp16.enabled and bf16.enabled are both true: DeepSpeed refuses both",
                            "Enable one of them (bf16 on Ampere or newer).", "fail",
                            lambda d: _set(d, "fp16.enabled", False)))
     wants_bf16 = bf16 or rc.yaml.get("bf16") is True or rc.yaml.get("pure_bf16") is True
     if wants_bf16 and gpu_bf16 is False:
-        out.append(Problem("BF16_UNSUPPORTED", "bf16 is asked for but these GPUs have no bf16 (compute capability < 8.0)",
+        out.append(Problem(codes.BF16_UNSUPPORTED, "bf16 is asked for but these GPUs have no bf16 (compute capability < 8.0)",
                            "Use fp16 (fp16: true in the YAML; \"fp16\": {\"enabled\": \"auto\"}) or fp32 on this GPU.", "fail"))
     return out
 
@@ -165,23 +165,23 @@ def zero_sections(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Prob
     out = []
     stage = z.get("stage", 0)
     if not isinstance(stage, int) or stage not in (0, 1, 2, 3):
-        out.append(Problem("DS_CONFIG_INVALID", f"zero_optimization.stage is {stage!r}; DeepSpeed knows 0, 1, 2, 3",
+        out.append(Problem(codes.DS_CONFIG_INVALID, f"zero_optimization.stage is {stage!r}; DeepSpeed knows 0, 1, 2, 3",
                            "Set an integer stage: 2 shards gradients and optimizer states, 3 the parameters too.", "fail"))
         return out
     for which in ("offload_optimizer", "offload_param"):
         sec = z.get(which)
         if isinstance(sec, dict) and str(sec.get("device", "")).lower() == "nvme" and not sec.get("nvme_path"):
-            out.append(Problem("DS_CONFIG_INVALID", f"zero_optimization.{which} offloads to nvme without nvme_path",
+            out.append(Problem(codes.DS_CONFIG_INVALID, f"zero_optimization.{which} offloads to nvme without nvme_path",
                                f"Add \"nvme_path\": \"/local_nvme\" (a fast local disk) to {which}.", "fail"))
     if which_param := z.get("offload_param"):
         if isinstance(which_param, dict) and str(which_param.get("device", "none")).lower() != "none" and stage != 3:
-            out.append(Problem("DS_CONFIG_INVALID", f"offload_param is set but stage is {stage}: DeepSpeed offloads parameters only with ZeRO-3",
+            out.append(Problem(codes.DS_CONFIG_INVALID, f"offload_param is set but stage is {stage}: DeepSpeed offloads parameters only with ZeRO-3",
                                "Use stage 3, or remove offload_param (offload_optimizer works with stage 2).", "warn"))
     if stage == 3:
         gather = z.get("stage3_gather_16bit_weights_on_model_save", z.get("gather_16bit_weights_on_model_save"))
         if gather is not True:
             out.append(Problem(
-                "ZERO3_EMPTY_SAVE",
+                codes.ZERO3_EMPTY_SAVE,
                 "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: true: save_model() writes no usable "
                 "weights (empty/size-0 tensors, a 40-byte adapter) and you must rebuild them with zero_to_fp32.py",
                 "Set \"stage3_gather_16bit_weights_on_model_save\": true in zero_optimization.", "warn",
@@ -192,13 +192,13 @@ def zero_sections(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Prob
 def yaml_rules(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
     out = []
     if rc.ds_error:
-        out.append(Problem("DS_CONFIG_INVALID", rc.ds_error,
+        out.append(Problem(codes.DS_CONFIG_INVALID, rc.ds_error,
                            "Give the path as llamafactory-cli will see it from its working directory "
                            "(e.g. examples/deepspeed/ds_z3_config.json) or an absolute path.", "fail"))
     timeout = rc.yaml.get("ddp_timeout")
     if isinstance(timeout, (int, float)) and timeout > HUGE_DDP_TIMEOUT_S:
         out.append(Problem(
-            "HANG_NEVER_TIMES_OUT",
+            codes.NCCL_WATCHDOG_TIMEOUT,
             f"ddp_timeout: {timeout:g} s ({timeout / 86400:,.0f} days): a rank that hangs in a collective never times out, "
             "the job burns GPU hours silently instead of failing",
             "Use a bound that covers your longest data preprocessing, e.g. ddp_timeout: 7200, and preprocess once with "
