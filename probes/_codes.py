@@ -6,7 +6,7 @@ user lands on. Tests check that each exists in known_errors/ and that no code ha
 # import the probes) and listed here with the others
 from mgft_doctor.runconfig.codes import (  # noqa: F401
     BF16_UNSUPPORTED, DS_AUTO_OUTSIDE_TRAINER, DS_BATCH_ARITHMETIC, DS_CONFIG_INVALID, DS_HF_MISMATCH,
-    NCCL_WATCHDOG_TIMEOUT, ZERO3_EMPTY_SAVE,
+    NCCL_WATCHDOG_TIMEOUT, ZERO3_EMPTY_SAVE, ZERO3_QUANTIZED,
 )
 
 # launch and the GPUs
@@ -32,7 +32,6 @@ DS_IMPORT_FAILED = "MGD413"  # deepspeed installed but does not import with this
 DS_TORCH_MISMATCH = "MGD415"  # pre-built DeepSpeed ops compiled for another torch/CUDA ('version mismatch!')
 ARCH_LIST_UNPARSEABLE = "MGD416"  # TORCH_CUDA_ARCH_LIST entries like 9.0a that DeepSpeed's builder cannot parse
 # ZeRO-3 and the model
-ZERO3_QUANTIZED = "MGD603"  # pre-quantized checkpoint / quantization_bit that LLaMA-Factory refuses under ZeRO-3
 ZERO3_UNSLOTH = "MGD604"  # use_unsloth with ZeRO-3
 ZERO3_MODEL_CODE = "MGD605"  # model code touches a ZeRO-3-partitioned (empty) weight outside a gather
 ZERO3_MOE_LEAF = "MGD607"  # MoE block not a ZeRO-3 leaf module: ranks desync (hang on NCCL)

@@ -7,32 +7,14 @@ from __future__ import annotations
 
 from mgft_doctor.runconfig import memory as me
 from mgft_doctor.check.context import Context
+from mgft_doctor.check.facts import host_memory_bytes
 from mgft_doctor.check.probe import Finding, Probe, Status, verdict
+from mgft_doctor.text import GiB
 
 from . import _codes
 
 ID, TITLE = "config.memory", "Memory per GPU and host for this run"
-GiB = me.GiB
 DEFAULT_GPU_BYTES = 80 * GiB  # when no GPU is visible here, assume the common 80 GB card
-
-
-def host_memory_bytes() -> int | None:
-    """The smaller of the cgroup limit and MemTotal (containers see the host's MemTotal)."""
-    limits = []
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            v = open(path).read().strip()
-            if v.isdigit() and int(v) < 1 << 60:
-                limits.append(int(v))
-        except OSError:
-            pass
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal:"):
-                limits.append(int(line.split()[1]) * 1024)
-    except OSError:
-        pass
-    return min(limits) if limits else None
 
 
 def _count(n: int) -> str:

@@ -2,12 +2,14 @@
 run starts (hparams/parser.py: get_train_args; model_utils/quantization.py: configure_quantization),
 applied to the user's YAML and DeepSpeed config, so that a refusal shows up here, with its fix,
 and not after the launch. Only guards about ZeRO-3 and multi-GPU DeepSpeed; a pre-quantized
-checkpoint (quantization_config in the model's config.json) is zero3.model's finding."""
+checkpoint (quantization_config in the model's config.json) is zero3.model's finding (the rule is
+runconfig/quantization.py)."""
 
 from __future__ import annotations
 
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.probe import Finding, Probe, verdict
+from mgft_doctor.text import truthy
 
 from . import _codes
 
@@ -17,40 +19,36 @@ QUANT_FIX = ("Use 4-bit bitsandbytes quantization with ZeRO-3 (quantization_bit:
              "(examples/deepspeed/ds_z2_config.json) or no DeepSpeed.")
 
 
-def _on(v) -> bool:
-    return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "1", "yes"))
-
-
 def guards(yaml: dict, zero3: bool, deepspeed: bool, distributed: bool) -> list[Finding]:
     """The refusals LLaMA-Factory 0.9.5 would raise for this YAML, in the order it checks them."""
     f: list[Finding] = []
     z3 = "LLaMA-Factory refuses it under DeepSpeed ZeRO-3"
-    if zero3 and _on(yaml.get("predict_with_generate")):
+    if zero3 and truthy(yaml.get("predict_with_generate")):
         f.append(Finding(_codes.LF_ZERO3_GUARD, f"predict_with_generate: true — {z3} (\"`predict_with_generate` is "
                          "incompatible with DeepSpeed ZeRO-3.\")",
                          "Drop predict_with_generate (evaluate on the loss with val_size/eval_dataset) and generate "
                          "predictions separately (scripts/vllm_infer.py), or predict with ZeRO-2 / no DeepSpeed."))
-    if zero3 and _on(yaml.get("pissa_init")):
+    if zero3 and truthy(yaml.get("pissa_init")):
         f.append(Finding(_codes.LF_ZERO3_GUARD, f"pissa_init: true — {z3} (\"Please use scripts/pissa_init.py to "
                          "initialize PiSSA in DeepSpeed ZeRO-3.\")",
                          "Initialise PiSSA once offline: python scripts/pissa_init.py --model_name_or_path <model> "
                          "--output_dir <dir>; then train from <dir> with adapter_name_or_path: <dir>/pissa_init and "
                          "pissa_init: false."))
-    if zero3 and _on(yaml.get("pure_bf16")):
+    if zero3 and truthy(yaml.get("pure_bf16")):
         f.append(Finding(_codes.LF_ZERO3_GUARD, f"pure_bf16: true — {z3} (\"`pure_bf16` is incompatible with "
                          "DeepSpeed ZeRO-3.\")",
                          "Use bf16: true instead (ZeRO-3 keeps bf16 compute with fp32 master weights), or keep "
                          "pure_bf16 with ZeRO-2/DDP."))
     if distributed:
-        if _on(yaml.get("use_galore")) and _on(yaml.get("galore_layerwise")):
+        if truthy(yaml.get("use_galore")) and truthy(yaml.get("galore_layerwise")):
             f.append(Finding(_codes.LF_OPTIMIZER_GUARD, "layer-wise GaLore on several GPUs: LLaMA-Factory refuses it "
                              "(\"Distributed training does not support layer-wise GaLore.\")",
                              "Set galore_layerwise: false, or train layer-wise GaLore on one GPU."))
-        if _on(yaml.get("use_apollo")) and _on(yaml.get("apollo_layerwise")):
+        if truthy(yaml.get("use_apollo")) and truthy(yaml.get("apollo_layerwise")):
             f.append(Finding(_codes.LF_OPTIMIZER_GUARD, "layer-wise APOLLO on several GPUs: LLaMA-Factory refuses it "
                              "(\"Distributed training does not support layer-wise APOLLO.\")",
                              "Set apollo_layerwise: false, or train layer-wise APOLLO on one GPU."))
-        if _on(yaml.get("use_badam")):
+        if truthy(yaml.get("use_badam")):
             mode = str(yaml.get("badam_mode", "layer")).lower()
             if mode == "ratio":
                 f.append(Finding(_codes.LF_OPTIMIZER_GUARD, "ratio-mode BAdam on several GPUs: LLaMA-Factory refuses "
@@ -61,18 +59,18 @@ def guards(yaml: dict, zero3: bool, deepspeed: bool, distributed: bool) -> list[
                 f.append(Finding(_codes.LF_OPTIMIZER_GUARD, "layer-wise BAdam on several GPUs without ZeRO-3: "
                                  "LLaMA-Factory refuses it (\"Layer-wise BAdam only supports DeepSpeed ZeRO-3 training.\")",
                                  "Add deepspeed: examples/deepspeed/ds_z3_config.json (LLaMA-Factory's BAdam recipe)."))
-    if deepspeed and (_on(yaml.get("use_galore")) or _on(yaml.get("use_apollo"))):
-        which = "GaLore" if _on(yaml.get("use_galore")) else "APOLLO"
+    if deepspeed and (truthy(yaml.get("use_galore")) or truthy(yaml.get("use_apollo"))):
+        which = "GaLore" if truthy(yaml.get("use_galore")) else "APOLLO"
         f.append(Finding(_codes.LF_OPTIMIZER_GUARD, f"{which} with DeepSpeed: LLaMA-Factory refuses it (\"GaLore and "
                          "APOLLO are incompatible with DeepSpeed yet.\")",
                          f"Remove the deepspeed: key and train {which} with plain DDP "
                          "(FORCE_TORCHRUN=1 llamafactory-cli train x.yaml), or drop it and use ZeRO-3."))
-    if zero3 and _on(yaml.get("use_unsloth")):
+    if zero3 and truthy(yaml.get("use_unsloth")):
         f.append(Finding(_codes.ZERO3_UNSLOTH, f"use_unsloth: true — {z3} (\"Unsloth is incompatible with DeepSpeed "
                          "ZeRO-3.\")",
                          "Remove use_unsloth (enable_liger_kernel: true gives a similar speed-up on several GPUs), or "
                          "train with Unsloth on one GPU."))
-    if zero3 and _on(yaml.get("use_kt")):
+    if zero3 and truthy(yaml.get("use_kt")):
         f.append(Finding(_codes.LF_ZERO3_GUARD, f"use_kt: true — {z3} (\"KTransformers is incompatible with DeepSpeed "
                          "ZeRO-3.\")", "Run KTransformers without a ZeRO-3 config."))
     bit = yaml.get("quantization_bit")

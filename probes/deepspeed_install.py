@@ -10,12 +10,12 @@ import os
 
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.launch_findings import explain_log
-from mgft_doctor.launch import worker_script
 from mgft_doctor.check.probe import Finding, Probe, Status, verdict
+from mgft_doctor.launch import worker_script
+from mgft_doctor.launch.script import run_script
+from mgft_doctor.runconfig import RunConfig
 
 from . import _codes
-from mgft_doctor.launch.script import run_script
-from .deepspeed_ops import needed_ops
 
 ID, TITLE = "deepspeed.install", "DeepSpeed install and build toolchain"
 INSTALL_FIX = ("Install DeepSpeed in this environment: {python} -m pip install deepspeed. Its ops are JIT-built at "
@@ -143,7 +143,7 @@ def run(ctx: Context):
         if bad:
             details.append(f"ops DeepSpeed's install marked incompatible: {', '.join(bad)}")
 
-    ops = needed_ops(ctx.run_config, gpu)
+    ops = (ctx.run_config or RunConfig()).deepspeed_ops(gpu)
     jit = sorted({n for n, _ in ops if n not in installed or build.get("accelerator_name") != acc})
     details.append("ops this run needs: " + ", ".join(sorted({n for n, _ in ops}))
                    + (f"; JIT-built here: {', '.join(jit)}" if jit else "; all pre-built"))

@@ -13,11 +13,12 @@ import time
 
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.launch_findings import explain_log
-from mgft_doctor.launch import worker_script
 from mgft_doctor.check.probe import Finding, Probe, Status, verdict
+from mgft_doctor.launch import worker_script
+from mgft_doctor.launch.script import ScriptRun, run_script
+from mgft_doctor.runconfig import RunConfig
 
 from . import _codes
-from mgft_doctor.launch.script import ScriptRun, run_script
 
 ID, TITLE = "deepspeed.ops", "DeepSpeed ops: real JIT build"
 # The compiler's own diagnostics first (gcc/clang/nvcc/ld), then ninja's summary of the failed step.
@@ -26,22 +27,6 @@ _NINJA_LINE = re.compile(r"^FAILED:")
 _GENERIC_FIX = ("Read the compiler line above (`mgft-doctor -v` shows the whole build log). The usual causes: no "
                 "C++ compiler or one nvcc does not support, missing Python headers (python3-dev), a CUDA toolkit "
                 "whose major version differs from torch's, missing CUDA libraries (libcurand) under CUDA_HOME.")
-
-
-def needed_ops(run_config, gpu: bool) -> list[tuple[str, str]]:
-    """The ops a DeepSpeed run on this machine will build, each with the reason."""
-    ops: list[tuple[str, str]] = []
-    if gpu:
-        ops.append(("fused_adam", "DeepSpeed's Adam on GPUs (an optimizer in the DeepSpeed config); proves the CUDA toolchain"))
-    else:
-        ops.append(("cpu_adam", "DeepSpeed's Adam on the CPU accelerator (no GPU: DS_ACCELERATOR=cpu)"))
-    if run_config is not None:
-        opt_dev = run_config.offload_device("offload_optimizer")
-        if gpu and opt_dev in ("cpu", "nvme"):
-            ops.append(("cpu_adam", f"offload_optimizer to {opt_dev}: the optimizer steps on the CPU with DeepSpeedCPUAdam"))
-        if "nvme" in run_config.offload:
-            ops.append(("async_io", "offload to NVMe: DeepSpeed swaps tensors through libaio"))
-    return ops
 
 
 def key_error_line(text: str) -> str | None:
@@ -119,10 +104,7 @@ def applies(ctx: Context) -> str | None:
 def run(ctx: Context):
     o = ctx.options
     gpu = ctx.facts.gpu_count > 0
-    ops = []
-    for name, why in needed_ops(ctx.run_config, gpu):
-        if name not in [n for n, _ in ops]:
-            ops.append((name, why))
+    ops = (ctx.run_config or RunConfig()).deepspeed_ops(gpu)
     cache_root = os.path.join(o.cache_dir, "torch_extensions")
     os.makedirs(cache_root, exist_ok=True)
     deadline = time.monotonic() + o.timeout

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.probe import Finding, Probe, Status, verdict
+from mgft_doctor.text import GiB, split_csv
 
 from . import _codes
 
 ID, TITLE = "gpu.visible", "GPUs visible to torch"
-GiB = 1 << 30
 
 
 def visible_devices(value: str | None) -> list[str] | None:
     """The entries of CUDA_VISIBLE_DEVICES, None when unset ('' hides every GPU)."""
     if value is None:
         return None
-    return [v.strip() for v in value.split(",") if v.strip() and v.strip() != "-1"]
+    return [v for v in split_csv([value]) if v != "-1"]
 
 
 def run(ctx: Context):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from mgft_doctor.catalog import Entry, load_catalog
 from mgft_doctor.check.context import Context
 from mgft_doctor.catalog.fixes import choose_fixes
+from mgft_doctor.explain.versions import INSTALLED
 from mgft_doctor.launch import worker_script
 from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 from packaging.markers import InvalidMarker, UndefinedEnvironmentName
@@ -25,10 +26,13 @@ from packaging.version import InvalidVersion, Version
 
 from . import _codes
 from mgft_doctor.launch.script import run_script
+from mgft_doctor.text import truthy
 
 ID, TITLE = "versions.compat", "Versions: LLaMA-Factory's ranges and known-bad combinations"
-WATCHED = ("llamafactory", "transformers", "accelerate", "peft", "trl", "datasets", "deepspeed", "torch",
-           "tokenizers")
+# the stack whose ranges are checked: the distributions whose versions a diagnosis reads
+# (explain/versions.py), less the optional ones, which LLaMA-Factory installs only as extras
+OPTIONAL = ("bitsandbytes", "flash-attn", "vllm", "torchvision")
+WATCHED = tuple(p for p in INSTALLED if p not in OPTIONAL)
 TIMEOUT_S = 60
 _OPS: dict[str, Callable] = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
                              ">=": operator.ge, ">": operator.gt}
@@ -206,10 +210,6 @@ RUN_RULES: dict[str, RunRule] = {
 }
 
 
-def _truthy(value: str | None) -> bool:
-    return str(value or "").lower() in ("1", "true", "yes", "y", "on")
-
-
 def run(ctx: Context):
     o = ctx.options
     res = run_script(o.python, worker_script("versions"), {"packages": list(WATCHED)}, timeout=min(o.timeout, TIMEOUT_S))
@@ -242,7 +242,7 @@ def run(ctx: Context):
         details.append(f"llamafactory {lf}: check_dependencies() requires "
                        + (", ".join(optional) if optional else "nothing found (no extras/misc.py check_dependencies)"))
         runtime_bad = check_pins(optional, versions, f"llamafactory {lf} (check_dependencies at start-up)")
-        disabled = _truthy((d.get("env") or {}).get("DISABLE_VERSION_CHECK"))
+        disabled = truthy((d.get("env") or {}).get("DISABLE_VERSION_CHECK"))
         for v in runtime_bad:
             if disabled:
                 findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + ": DISABLE_VERSION_CHECK is set, so "

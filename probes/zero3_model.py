@@ -14,19 +14,19 @@ from __future__ import annotations
 import os
 
 from mgft_doctor.check.context import Context
+from mgft_doctor.check.facts import cpu_has_bf16
 from mgft_doctor.check.launch_findings import launch_failure_findings
 from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.torchrun import launch
 from mgft_doctor.check.probe import Finding, Probe, Status, skip, verdict
 from mgft_doctor.probes.workers._moe import is_moe
+from mgft_doctor.runconfig.quantization import prequantized_refusal
 
 from . import _codes
 
 ID, TITLE = "zero3.model", "ZeRO-3 trains, saves and reloads this model (tiny two-rank copy)"
 NPROC = 2
 MOE_LIMIT_S = 45.0  # cap on the inner time limit of the no-leaf-modules run
-# quantization methods LLaMA-Factory 0.9.5 de-quantizes on load instead of refusing under ZeRO-3
-DEQUANTIZED = ("fp8", "mxfp4")
 YAML_KEYS = ("gradient_accumulation_steps", "max_grad_norm", "learning_rate", "adam_beta1", "adam_beta2",
              "adam_epsilon", "weight_decay", "bf16", "fp16", "disable_gradient_checkpointing", "use_reentrant_gc")
 SIZE_ZERO_HINTS = ("size 0", "with size 0", "(0)", "torch.size([0])", "must be 2-d", "at least three dimensions",
@@ -41,43 +41,11 @@ def _tokenizer_files(folder: str) -> bool:
                ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json"))
 
 
-def cpu_has_bf16() -> bool:
-    """Native bf16 on this CPU (AVX512-BF16 or AMX): DeepSpeed's CPU accelerator then trains in bf16."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False
-
-
 def quantization_findings(cfg: dict, stage: int | None) -> tuple[list[Finding], list[str]]:
-    """LLaMA-Factory 0.9.5 (model_utils/quantization.py) refuses a pre-quantized (PTQ) checkpoint
-    under ZeRO-3 unless it de-quantizes it on load (fp8, mxfp4)."""
-    q = cfg.get("quantization_config")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
-    q = q if isinstance(q, dict) else text.get("quantization_config")
-    if not isinstance(q, dict):
-        return [], []
-    method = str(q.get("quant_method") or ("bitsandbytes" if q.get("load_in_4bit") or q.get("load_in_8bit") else "?")).lower()
-    bits = q.get("bits") or ("4" if q.get("load_in_4bit") else "8" if q.get("load_in_8bit") else "?")
-    if stage != 3:
-        return [], [f"the checkpoint is {method}-quantized ({bits}-bit); fine without ZeRO-3 (stage {stage})"]
-    if method in DEQUANTIZED:
-        how = "FineGrainedFP8Config" if method == "fp8" else "Mxfp4Config"
-        note = (f"the checkpoint is {method}-quantized: LLaMA-Factory de-quantizes it on load under ZeRO-3 "
-                f"({how}(dequantize=True)); the run holds 16-bit weights")
-        return [], [note]
-    return [Finding(_codes.ZERO3_QUANTIZED,
-                    f"the model is a pre-quantized {method.upper()} checkpoint ({bits}-bit, quantization_config in "
-                    "config.json): LLaMA-Factory refuses it under ZeRO-3 before loading (\"DeepSpeed ZeRO-3 or FSDP is "
-                    "incompatible with PTQ-quantized models.\"), and ZeRO-3 cannot partition packed quantized weights",
-                    "Train the original 16-bit model and let LLaMA-Factory quantize it on the fly (quantization_bit: 4, "
-                    "finetuning_type: lora), or keep this checkpoint and use ZeRO-2 "
-                    "(examples/deepspeed/ds_z2_config.json) or no DeepSpeed.")], []
+    """LLaMA-Factory's refusal of a pre-quantized checkpoint under ZeRO-3 (runconfig/quantization.py),
+    as this probe's findings, and the notes for -v."""
+    problems, notes = prequantized_refusal(cfg, stage)
+    return [Finding(p.code, p.message, p.fix) for p in problems], notes
 
 
 def applies(ctx: Context) -> str | None:

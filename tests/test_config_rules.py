@@ -27,17 +27,20 @@ def codes_of(problems):
 
 
 def test_every_problem_carries_a_catalog_code():
-    """Each Problem(...) in ds_rules names a constant of runconfig/codes.py, and each of those is a
-    catalog entry: a rule can never send the user to a missing page."""
+    """Each Problem(...) of the run rules names a constant of runconfig/codes.py, and each of those is
+    a catalog entry: a rule can never send the user to a missing page."""
     import ast
     import inspect
+
+    from mgft_doctor.runconfig import quantization
 
     known = {e.code for e in load_catalog()}
     table = {k: v for k, v in vars(codes).items() if k.isupper()}
     assert table and {k: v for k, v in table.items() if v not in known} == {}
-    first_args = [node.args[0] for node in ast.walk(ast.parse(inspect.getsource(dsconfig_rules)))
+    first_args = [node.args[0] for module in (dsconfig_rules, quantization)
+                  for node in ast.walk(ast.parse(inspect.getsource(module)))
                   if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Problem"]
-    assert len(first_args) >= 13
+    assert len(first_args) >= 14
     named = [a.attr for a in first_args if isinstance(a, ast.Attribute) and getattr(a.value, "id", None) == "codes"]
     assert len(named) == len(first_args) and set(named) <= set(table), ast.dump(first_args[0])
 

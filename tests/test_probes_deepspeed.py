@@ -117,14 +117,15 @@ def test_key_error_line_prefers_the_compiler_over_ninja():
 
 
 def test_needed_ops_follow_the_run_config(tmp_path):
-    from mgft_doctor.runconfig import load_run_config
+    from mgft_doctor.runconfig import RunConfig, load_run_config
 
     ds = tmp_path / "ds.json"
     ds.write_text('{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}}')
     rc = load_run_config(str(ds))
-    assert [n for n, _ in deepspeed_ops.needed_ops(None, gpu=True)] == ["fused_adam"]
-    assert [n for n, _ in deepspeed_ops.needed_ops(None, gpu=False)] == ["cpu_adam"]
-    assert [n for n, _ in deepspeed_ops.needed_ops(rc, gpu=True)] == ["fused_adam", "cpu_adam", "async_io"]
+    assert [n for n, _ in RunConfig().deepspeed_ops(gpu=True)] == ["fused_adam"]
+    assert [n for n, _ in RunConfig().deepspeed_ops(gpu=False)] == ["cpu_adam"]
+    assert [n for n, _ in rc.deepspeed_ops(gpu=True)] == ["fused_adam", "cpu_adam", "async_io"]
+    assert [n for n, _ in rc.deepspeed_ops(gpu=False)] == ["cpu_adam", "async_io"]
 
 
 @pytest.mark.slow

@@ -65,6 +65,19 @@ class RunConfig:
             return None, "no model given"
         return load_model_config(self.model)
 
+    def deepspeed_ops(self, gpu: bool) -> list[tuple[str, str]]:
+        """The DeepSpeed ops this run builds on this machine (GPUs, or the CPU accelerator without
+        them), each once with the reason: deepspeed.install checks their toolchain, deepspeed.ops
+        builds them."""
+        ops = [("fused_adam", "DeepSpeed's Adam on GPUs (an optimizer in the DeepSpeed config); proves the CUDA toolchain")
+               if gpu else ("cpu_adam", "DeepSpeed's Adam on the CPU accelerator (no GPU: DS_ACCELERATOR=cpu)")]
+        opt_dev = self.offload_device("offload_optimizer")
+        if gpu and opt_dev in ("cpu", "nvme"):
+            ops.append(("cpu_adam", f"offload_optimizer to {opt_dev}: the optimizer steps on the CPU with DeepSpeedCPUAdam"))
+        if "nvme" in self.offload:
+            ops.append(("async_io", "offload to NVMe: DeepSpeed swaps tensors through libaio"))
+        return ops
+
     @property
     def gradient_accumulation(self) -> int | None:
         for value in (self.yaml.get("gradient_accumulation_steps"), (self.ds or {}).get("gradient_accumulation_steps")):

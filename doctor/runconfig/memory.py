@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GiB = 1 << 30
+from ..text import GiB
 CUDA_OVERHEAD = 1.5 * GiB  # context, NCCL buffers, allocator slack
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host-side offload buffers
 
