@@ -88,7 +88,6 @@ def run_environment(base: dict, folder: RunFolder, token_var: str, token: str) -
     env[SIGNAL_VAR] = str(int(DUMP_SIGNAL))
     site = sitecustomize_dir()
     env["PYTHONPATH"] = site + (os.pathsep + base["PYTHONPATH"] if base.get("PYTHONPATH") else "")
-    env.setdefault("PYTHONUNBUFFERED", "1")  # a rank's print() reaches the stall clock when it happens
     fr = folder.sub("fr")
     env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     # the trace file and buffer size have version-dependent names (torch warns about the old

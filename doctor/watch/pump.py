@@ -23,10 +23,10 @@ LOG_FLUSH_S = 1.0
 
 class Pump:
     def __init__(self, streams: dict, log, outputs: dict):
-        """streams: name -> readable pipe; outputs: name -> binary file to copy to."""
+        """streams: name -> readable pipe or pty master fd; outputs: name -> binary file to copy to."""
         self.selector = selectors.DefaultSelector()
         for name, pipe in streams.items():
-            os.set_blocking(pipe.fileno(), False)
+            os.set_blocking(pipe if isinstance(pipe, int) else pipe.fileno(), False)
             self.selector.register(pipe, selectors.EVENT_READ, name)
         self.log = log
         self.outputs = outputs
@@ -42,10 +42,13 @@ class Pump:
             time.sleep(timeout)
             return
         for key, _ in self.selector.select(timeout):
+            fd = key.fileobj if isinstance(key.fileobj, int) else key.fileobj.fileno()
             try:
-                data = os.read(key.fileobj.fileno(), READ_SIZE)
+                data = os.read(fd, READ_SIZE)
             except BlockingIOError:
                 continue
+            except OSError:  # EIO: a pty whose other side every process has closed
+                data = b""
             if not data:
                 self.selector.unregister(key.fileobj)
                 self.open_streams -= 1
@@ -88,7 +91,7 @@ class Pump:
     def close(self) -> None:
         for key in list(self.selector.get_map().values()):
             try:
-                key.fileobj.close()
+                os.close(key.fileobj) if isinstance(key.fileobj, int) else key.fileobj.close()
             except OSError:
                 pass
         self.selector.close()

@@ -26,7 +26,7 @@ EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 INTERRUPT_GRACE_S = 10.0
 DRAIN_S = 3.0
-PROGRESS_CHECK_S = 2.0
+PROGRESS_CHECK_S = 1.0
 FORWARDED = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
@@ -36,6 +36,28 @@ class RunOptions:
     stall_s: float = 300.0
     log: str | None = None
     keep_running: bool = False
+
+
+def terminal_like(out) -> tuple[int | None, int | None]:
+    """A pty for the command's stdout when ours is a terminal, so it line-buffers and colours as it
+    would there (no \\n -> \\r\\n translation: the log gets the bytes the program wrote)."""
+    try:
+        if not os.isatty(out.fileno()):
+            return None, None
+        import fcntl
+        import pty
+        import termios
+        master, slave = pty.openpty()
+        attrs = termios.tcgetattr(slave)
+        attrs[1] &= ~termios.ONLCR
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        try:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(out.fileno(), termios.TIOCGWINSZ, b"\0" * 8))
+        except OSError:
+            pass
+        return master, slave
+    except (OSError, ValueError, AttributeError, ImportError):
+        return None, None
 
 
 def resolve_command(command: list[str]) -> str:
@@ -73,14 +95,19 @@ class Supervisor:
         self.folder.write_meta({"command": self.opts.command, "token": self.token, "pid": os.getpid(),
                                 "stall_s": self.opts.stall_s, **self.fr, "started": time.time()})
         log = open(self.folder.log, "ab")
+        master, slave = terminal_like(self.out)
         try:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(cmd, stdout=slave if slave is not None else subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=self.env, start_new_session=True)
         except OSError as exc:
             log.close()
             code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
             raise DoctorError(f"{self.opts.command[0]}: {exc.strerror or exc}", code)
-        self.pump = Pump({"stdout": self.proc.stdout, "stderr": self.proc.stderr}, log,
+        finally:
+            if slave is not None:
+                os.close(slave)
+        stdout = master if master is not None else self.proc.stdout
+        self.pump = Pump({"stdout": stdout, "stderr": self.proc.stderr}, log,
                          {"stdout": self.out, "stderr": self.err})
 
     def wait(self, seconds: float) -> None:
@@ -211,3 +238,4 @@ def supervise(opts: RunOptions, out=None, err=None) -> int:
             sup.pump.close()
         if sup.proc is not None and sup.proc.poll() is None:
             kill_tree(sup.token, sup.proc)
+        shutil.rmtree(folder.sub("ctl"), ignore_errors=True)  # the ranks' FIFOs mean nothing now
