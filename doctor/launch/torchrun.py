@@ -1,6 +1,8 @@
 """The one way the doctor starts several ranks: torchrun, a fresh temporary folder, a hard time
-limit. On time-out the whole process tree is killed (processes.py) and the ranks that never
-answered are named, with the last phase each reached."""
+limit. On time-out or interruption the whole process tree is killed (processes.py) and the
+ranks that never answered are named, with the last phase each reached. The ranks' TMPDIR is
+inside the run's folder, so torchrun's torchelastic_* folder and whatever the ranks leave in
+their temporary folder go with it."""
 
 from __future__ import annotations
 
@@ -81,8 +83,21 @@ def launch(script: str, *, nproc: int, timeout: float, python: str, args: dict |
            nnodes: int = 1, node_rank: int = 0, master_addr: str = "127.0.0.1",
            master_port: int | None = None, env: dict[str, str] | None = None,
            keep_dir: str | None = None) -> LaunchResult:
-    """Run `script` on nproc ranks of this node under torchrun; never longer than timeout seconds."""
+    """Run `script` on nproc ranks of this node under torchrun; never longer than timeout seconds.
+    The run's folder (rank files, log, the ranks' TMPDIR with torchelastic's folder) is removed
+    however the launch ends: normally, by an exception or Ctrl-C here, by the guard if the doctor dies."""
     workdir = Path(tempfile.mkdtemp(prefix="mgft-doctor-"))
+    try:
+        return _launch_in(workdir, script, nproc=nproc, timeout=timeout, python=python, args=args, nnodes=nnodes,
+                          node_rank=node_rank, master_addr=master_addr, master_port=master_port, env=env,
+                          keep_dir=keep_dir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _launch_in(workdir: Path, script: str, *, nproc: int, timeout: float, python: str, args: dict | None,
+               nnodes: int, node_rank: int, master_addr: str, master_port: int | None,
+               env: dict[str, str] | None, keep_dir: str | None) -> LaunchResult:
     outdir = workdir / "out"
     outdir.mkdir()
     token = uuid.uuid4().hex
@@ -97,15 +112,17 @@ def launch(script: str, *, nproc: int, timeout: float, python: str, args: dict |
     run_env.setdefault("PYTHONUNBUFFERED", "1")
     run_env.setdefault("OMP_NUM_THREADS", "1")
     run_env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    tmpdir = None if env and "TMPDIR" in env else str(workdir / "tmp")  # a TMPDIR the caller chose stays
     log_path = workdir / "launcher.log"
     with open(log_path, "wb") as log:
-        returncode, timed_out, wall, leftover = run_limited(cmd, run_env, workdir, timeout, token, log)
+        returncode, timed_out, wall, leftover = run_limited(cmd, run_env, workdir, timeout, token, log,
+                                                            orphan_dirs=(str(workdir),), tmpdir=tmpdir)
     first = node_rank * nproc
     ranks = {r: _read_rank(outdir, r) for r in range(first, first + nproc)}
     text = log_path.read_bytes()[-LOG_TAIL:].decode("utf-8", "replace")
     if keep_dir:
-        shutil.copytree(workdir, keep_dir, dirs_exist_ok=True)
-    shutil.rmtree(workdir, ignore_errors=True)
+        shutil.copytree(workdir, keep_dir, dirs_exist_ok=True,
+                        ignore=lambda folder, names: ["tmp"] if Path(folder) == workdir else [])
     return LaunchResult(cmd, ranks, returncode, timed_out, wall, text, leftover)
 
 
