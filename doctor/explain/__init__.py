@@ -1,16 +1,20 @@
 """`explain`: from a failed training log to the root-cause error and the known failure class.
 
 Pipeline: open (source) -> salient lines (scan, lines) -> failure events and root error
-(failures) + catalog evidence (match) + versions (versions) -> a report (report) -> render."""
+(failures) + catalog evidence (match) + versions (versions) + the run's phase (phase, which
+also peeks at the byte blocks) -> a report (report) -> render."""
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 
 from ..catalog import Entry, load_catalog
 from ..catalog.fixes import choose_fixes
-from .failures import FailureReader, is_consequence
+from .failures import FailureAnalysis, FailureReader, is_consequence
 from .match import Candidate, Matcher
+from .phase import TRIGGERS as PHASE_TRIGGERS
+from .phase import PhaseTracker
 from .report import SCHEMA, Diagnosis, ExplainReport
 from .scan import compile_triggers, scan
 from .source import LogSource, open_log
@@ -21,23 +25,76 @@ MAX_DIAGNOSES = 5
 
 
 def _triggers(entries: list[Entry]):
-    return compile_triggers(t for e in entries for t in e.triggers)
+    return compile_triggers([*(t for e in entries for t in e.triggers), *PHASE_TRIGGERS])
+
+
+@dataclass
+class _Read:
+    """What one pass over the logs found."""
+
+    analysis: FailureAnalysis
+    matcher: Matcher
+    versions: LogVersions
+    phases: PhaseTracker
+    stats: dict
+
+
+def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
+    """One streaming pass: every salient line goes to the failure reader, the matcher, the
+    version finder and the phase tracker (which also peeks at the blocks)."""
+    triggers = _triggers(entries)
+    matcher = Matcher(entries)
+    reader = FailureReader()
+    versions = LogVersions()
+    phases = PhaseTracker()
+    stats: dict = {}
+    for index, source in enumerate(sources):
+        for line in scan(phases.tap(source, index), triggers, index, stats):
+            events = len(reader.events)
+            reader.feed(line)
+            if len(reader.events) > events and reader.events[-1].primary:
+                phases.pin(line)
+            matcher.feed(line)
+            versions.feed(line.text)
+            phases.feed(line)
+    return _Read(reader.finish(), matcher, versions, phases, stats)
 
 
 def explain_sources(sources: list[LogSource], use_installed: bool = False,
                     entries: list[Entry] | None = None) -> ExplainReport:
     entries = load_catalog() if entries is None else entries
-    triggers = _triggers(entries)
-    matcher = Matcher(entries)
-    reader = FailureReader()
-    versions = LogVersions()
-    stats: dict = {}
-    for index, source in enumerate(sources):
-        for line in scan(source, triggers, index, stats):
-            reader.feed(line)
-            matcher.feed(line)
-            versions.feed(line.text)
-    analysis = reader.finish()
+    read = _read(sources, entries)
+    analysis = read.analysis
+    found, origin = _versions(read.versions, use_installed)
+    root_line = analysis.root.line if analysis.root else None
+    root_kind = analysis.root.kind if analysis.root else None
+    if analysis.failure:
+        candidates = read.matcher.rank(analysis.root_lines, _root_followers(analysis),
+                                       analysis.root.line.rank if analysis.root else None,
+                                       echo=is_consequence if analysis.consequences else None)
+    else:
+        # no error was printed; only entries that recognise a silent failure (a hang seen in a
+        # stack dump, training on the CPU) may still call it one
+        candidates = [c for c in read.matcher.rank(set()) if c.entry.standalone]
+        if candidates:
+            root_line, root_kind = candidates[0].evidence[0], "anomaly"
+    diagnoses = [_diagnosis(cand, found) for cand in candidates[:MAX_DIAGNOSES]]
+    phase = None
+    if root_line is not None:
+        frames = analysis.root.traceback.frames if analysis.root and analysis.root.traceback else []
+        phase = read.phases.phase_at(root_line, frames)
+    return ExplainReport(
+        sources=[s.name for s in sources], failure=root_line is not None, diagnoses=diagnoses,
+        root_error=root_line, root_kind=root_kind,
+        failed_rank=analysis.failed_rank, exit_codes=analysis.exit_codes, versions=found,
+        version_origin=origin, bytes_read=read.stats.get("bytes", 0), lines_read=read.stats.get("lines", 0),
+        launcher_rank=analysis.launcher_rank, consequences=[e.line for e in analysis.consequences],
+        phase=phase,
+    )
+
+
+def _versions(versions: LogVersions, use_installed: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """The versions the log reveals, completed with the installed ones when asked; and where each came from."""
     found = dict(versions.found)
     origin = {k: "log" for k in found}
     if use_installed:
@@ -45,29 +102,7 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
             if k not in found:
                 found[k] = v
                 origin[k] = "installed"
-    diagnoses: list[Diagnosis] = []
-    root_line = analysis.root.line if analysis.root else None
-    root_kind = analysis.root.kind if analysis.root else None
-    if analysis.failure:
-        candidates = matcher.rank(analysis.root_lines, _root_followers(analysis),
-                                  analysis.root.line.rank if analysis.root else None,
-                                  echo=is_consequence if analysis.consequences else None)
-    else:
-        # no error was printed; only entries that recognise a silent failure (a hang seen in a
-        # stack dump, training on the CPU) may still call it one
-        candidates = [c for c in matcher.rank(set()) if c.entry.standalone]
-        if candidates:
-            root_line, root_kind = candidates[0].evidence[0], "anomaly"
-    for cand in candidates[:MAX_DIAGNOSES]:
-        diagnoses.append(_diagnosis(cand, found))
-    failure = root_line is not None
-    return ExplainReport(
-        sources=[s.name for s in sources], failure=failure, diagnoses=diagnoses,
-        root_error=root_line, root_kind=root_kind,
-        failed_rank=analysis.failed_rank, exit_codes=analysis.exit_codes, versions=found,
-        version_origin=origin, bytes_read=stats.get("bytes", 0), lines_read=stats.get("lines", 0),
-        launcher_rank=analysis.launcher_rank, consequences=[e.line for e in analysis.consequences],
-    )
+    return found, origin
 
 
 def _root_followers(analysis) -> set[tuple[int, int]]:

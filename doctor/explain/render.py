@@ -18,6 +18,38 @@ GENERIC_STEPS = [
 ]
 
 
+# How the report names each phase (doctor/explain/phase.py): "failed <words>".
+PHASE_WORDS = {
+    "start-up": "at start-up (arguments, imports, launch)",
+    "data loading": "while loading the data",
+    "model loading": "while loading the model",
+    "first step": "in the first training step (none was logged)",
+    "mid-training": "mid-training",
+    "saving": "while saving",
+    "exit": "at exit, after training completed",
+}
+
+
+def when_it_failed(report: ExplainReport) -> str:
+    """'failed while saving, at step 1200 of 3000, on rank 1 (exit code 1)': every number from the log."""
+    parts = []
+    phase = report.phase
+    if phase is not None:
+        words = PHASE_WORDS.get(phase.name, phase.name)
+        if phase.step is not None:
+            words += f", at step {phase.step}" + (f" of {phase.total}" if phase.total else "")
+        parts.append("failed " + words)
+    else:
+        parts.append("failed")
+    if report.failed_rank is not None:
+        parts.append(f"on rank {report.failed_rank}")
+    text = ", ".join(parts)
+    codes = sorted({c for c in report.exit_codes if c != 0})
+    if codes:
+        text += " (exit code " + ", ".join(str(c) for c in codes) + ")"
+    return text
+
+
 def render(report: ExplainReport, console: Console, verbose: bool = False) -> None:
     names = ", ".join(report.sources)
     if not report.failure:
@@ -34,6 +66,7 @@ def render(report: ExplainReport, console: Console, verbose: bool = False) -> No
         r = report.root_error
         console.print(f"  Root error, line {r.no}" + (f" (rank {r.rank})" if r.rank is not None else "") + ":")
         console.print(f"    [red]{escape(r.text.strip()[:400])}[/]")
+        console.print(f"  The run {escape(when_it_failed(report))}.")
         if report.consequences:
             echo = report.consequences[0]
             who = f"rank {echo.rank}" if echo.rank is not None else "another rank"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .lines import LogLine
+from .phase import Phase
 
 SCHEMA = "mgft-doctor/explain/1"
 
@@ -34,6 +35,7 @@ class ExplainReport:
     version_origin: dict[str, str] = field(default_factory=dict)
     launcher_rank: int | None = None  # the rank torchrun's summary named (the first to exit)
     consequences: list[LogLine] = field(default_factory=list)  # other ranks' timeouts/lost peers after the root
+    phase: Phase | None = None  # what the run was doing when the root error came
     bytes_read: int = 0
     lines_read: int = 0
 
@@ -46,7 +48,7 @@ class ExplainReport:
                 d["file"] = self.sources[line.source]
             return d
 
-        return {
+        out = {
             "schema": SCHEMA,
             "failure": self.failure,
             "diagnoses": [
@@ -61,3 +63,7 @@ class ExplainReport:
             "exit_codes": sorted(set(self.exit_codes)),
             "versions": self.versions,
         }
+        if self.failure:  # additive fields of explain/1, present when there is a failure to place
+            out["phase"] = self.phase.name if self.phase else None
+            out["progress"] = self.phase.progress_json() if self.phase else None
+        return out

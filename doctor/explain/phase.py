@@ -1,0 +1,369 @@
+"""Which phase of the run failed (start-up, data loading, model loading, first step,
+mid-training, saving, exit) and at which step, read from the log itself.
+
+Phase markers ('Running tokenizer on dataset', '***** Running training *****') are trigger
+words, so they reach the tracker as salient lines with exact line numbers. Training progress
+(tqdm bars, loss dicts) and checkpoint saves are on almost every line of a long run's log, or
+cost the matcher's fuzzy patterns dear: making them salient would slow explain down. So the
+tracker peeks at the tail of each byte block on its way to the scanner (a few `rfind` calls over
+64 KB) and keeps the last two blocks; at the end it reads the block that holds the root error
+again up to the root's line, so the phase and step there are exact. Memory stays flat: one
+peeked mark per block at most."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from .lines import LogLine
+from .source import BLOCK_SIZE, LogSource, iter_blocks
+
+START_UP, DATA, MODEL, FIRST_STEP, TRAINING, SAVING, EXIT = (
+    "start-up", "data loading", "model loading", "first step", "mid-training", "saving", "exit")
+PHASES = (START_UP, DATA, MODEL, FIRST_STEP, TRAINING, SAVING, EXIT)
+
+# What the libraries print when a phase begins: LLaMA-Factory's data loader, datasets' map
+# progress, transformers' modeling_utils and Trainer. (literal trigger, pattern, phase)
+MARKERS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
+    (literal, re.compile(pattern), phase) for literal, pattern, phase in (
+        ("Loading dataset ", r"Loading dataset \S", DATA),
+        ("Converting format of dataset", r"Converting format of dataset", DATA),
+        ("Running tokenizer on", r"Running tokenizer on (?:dataset|every text)", DATA),
+        ("Grouping texts in chunks", r"Grouping texts in chunks", DATA),
+        ("Generating train split", r"Generating train split", DATA),
+        ("Map (num_proc=", r"\bMap \(num_proc=\d+\): +\d{1,3}%", DATA),
+        ("Map: ", r"\bMap: +\d{1,3}%", DATA),
+        ("loading weights file", r"loading weights file", MODEL),
+        ("Loading weights", r"Loading weights\b", MODEL),
+        ("Loading checkpoint shards", r"Loading checkpoint shards", MODEL),
+        ("***** Running training *****", r"\*{5} Running training \*{5}", FIRST_STEP),
+        ("Total optimization steps", r"Total optimization steps = [\d,]+", FIRST_STEP),
+        ("Training completed", r"Training completed\.", EXIT),
+        ("***** train metrics *****", r"\*{5} train metrics \*{5}", EXIT),
+    ))
+TRIGGERS = tuple(literal for literal, _, _ in MARKERS)
+_ANY_MARKER = re.compile("|".join(f"(?:{p.pattern})" for _, p, _ in MARKERS))
+_TOTAL_STEPS = re.compile(r"Total optimization steps = ([\d,]+)")
+
+# a tqdm bar without a description (the Trainer's): '[rank0]:  40%|####      | 1200/3000 ['
+_BAR = re.compile(rb"(?:\[\w+\]:)*\s*(\d{1,3})%\|[^|\r\n]*\|\s*(\d+)/(\d+) \[")
+_BAR_RATES = (b"s/it", b"it/s")
+BAR_TRIES = 32  # bars with a description (datasets, shards) or eval bars skipped before giving up
+_LOSS = (b"'loss': ", b'"loss": ')
+# A marker printed often in a long run (every save_steps) and on lines that cost the matcher's
+# fuzzy patterns dear: found by peeking at the blocks, like the progress, not as a trigger.
+_SAVING = b"Saving model checkpoint to"
+_DS_STEP = re.compile(rb"\] step=(\d+), skipped=")
+TAIL_BYTES = 64 << 10
+KEEP_BLOCKS = 2  # the last blocks, where the root error usually is
+PIN_BLOCKS = 2  # and the first blocks with an error in them
+TIMELINE_LIMIT = 20_000
+
+# Frames of the root traceback that name the phase better than the lines before it, in this
+# order: the Trainer's loop calls the data collator and the save, so saving is checked first.
+FRAME_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (SAVING, re.compile(r"in (?:_save_checkpoint|save_model|_save|save_pretrained|save_checkpoint|"
+                        r"_save_zero_checkpoint|save_16bit_model|_save_optimizer_and_scheduler|save_state)$|zero_to_fp32")),
+    (FIRST_STEP, re.compile(r'trainer\.py", line \d+, in (?:train|_inner_training_loop|training_step|compute_loss)$|'
+                            r"in (?:training_step|_inner_training_loop)$")),
+    (DATA, re.compile(r"llamafactory/data/|/datasets/(?:arrow_dataset|load|builder|iterable_dataset)\.py|"
+                      r"in (?:get_dataset|_get_merged_dataset|_load_single_dataset|_get_preprocessed_dataset|"
+                      r"load_dataset|align_dataset|preprocess_dataset)$")),
+    (MODEL, re.compile(r"in (?:from_pretrained|load_model|load_tokenizer|_load_pretrained_model|"
+                       r"init_adapter|_setup_lora_tuning|get_peft_model|load_state_dict)$|modeling_utils\.py")),
+    (START_UP, re.compile(r"hparams/parser\.py|in (?:get_train_args|_parse_train_args|parse_args_into_dataclasses|"
+                          r"parse_yaml_file|parse_dict|__post_init__)$")),
+)
+
+
+@dataclass(slots=True)
+class Mark:
+    """Something the log showed: a phase beginning, or training progress (step of total).
+    key orders the marks among the salient lines: a marker's key is its line number; a peeked
+    mark's is half a line before the first salient line printed after it."""
+
+    block: int
+    key: float
+    phase: str
+    step: int | None = None
+    total: int | None = None
+    text: str = ""
+    line: int | None = None  # exact line number, where known
+
+
+@dataclass
+class Phase:
+    name: str
+    step: int | None = None
+    total: int | None = None
+    line: int | None = None  # the line that shows it
+    text: str = ""
+    rank: int | None = None
+
+    def progress_json(self) -> dict | None:
+        return None if self.step is None else {"step": self.step, "total_steps": self.total}
+
+
+@dataclass
+class _Track:
+    """One log: its marks in order, the block being read, the last blocks' bytes."""
+
+    marks: list[Mark] = field(default_factory=list)
+    block: int = -1
+    pending: list[Mark] = field(default_factory=list)  # markers of the current block
+    block_lines: list[tuple[int, str]] = field(default_factory=list)  # its salient lines
+    peeked: tuple[int, Mark] | None = None  # the current block's last progress or save
+    kept: dict[int, bytes] = field(default_factory=dict)
+    pinned: set[int] = field(default_factory=set)  # blocks kept because an error was printed in them
+    first_line: dict[int, tuple[int, str]] = field(default_factory=dict)  # block -> its first salient line
+    last_line: int = 0
+    total: int | None = None
+
+
+class PhaseTracker:
+    """Sees each log's byte blocks (through tap) and its salient lines (through feed)."""
+
+    block_size = BLOCK_SIZE
+
+    def __init__(self) -> None:
+        self.tracks: dict[int, _Track] = {}
+
+    def tap(self, source: LogSource, index: int) -> LogSource:
+        """A source that yields the same line-aligned UTF-8 blocks, peeked at first."""
+        track = self.tracks.setdefault(index, _Track())
+        return LogSource(source.name, _BlockStream(self._watch(iter_blocks(source, self.block_size), track)), "utf-8")
+
+    def _watch(self, blocks: Iterator[bytes], track: _Track) -> Iterator[bytes]:
+        for block in blocks:
+            _close_block(track)
+            track.block += 1
+            track.kept[track.block] = block
+            if track.block - KEEP_BLOCKS not in track.pinned:
+                track.kept.pop(track.block - KEEP_BLOCKS, None)
+            track.peeked = _progress_before(block, len(block), track.total, max(0, len(block) - TAIL_BYTES))
+            yield block
+        _close_block(track)
+
+    def feed(self, line: LogLine) -> None:
+        """A salient line: remembered for ordering the block's peeked mark; a marker when it names a phase."""
+        track = self.tracks.get(line.source)
+        if track is None:
+            track = self.tracks[line.source] = _Track()
+        if track.block not in track.first_line:
+            track.first_line[track.block] = (line.no, line.text)
+        track.last_line = line.no
+        if track.peeked is not None:
+            track.block_lines.append((line.no, line.text))
+        if _ANY_MARKER.search(line.text) is None:
+            return
+        phase = next(ph for _, p, ph in MARKERS if p.search(line.text))
+        total = _TOTAL_STEPS.search(line.text)
+        if total:
+            track.total = int(total.group(1).replace(",", ""))
+        track.pending.append(Mark(track.block, line.no, phase, None, track.total if total else None,
+                                  line.text.strip()[:300], line.no))
+
+    def pin(self, line: LogLine) -> None:
+        """An error was printed in the current block: keep its bytes (the first few such
+        blocks), so that the phase there can be read exactly if it turns out to be the root."""
+        track = self.tracks.get(line.source)
+        if track is not None and len(track.pinned) < PIN_BLOCKS and track.block in track.kept:
+            track.pinned.add(track.block)
+
+    def phase_at(self, root: LogLine, frames: list[LogLine] | None = None) -> Phase:
+        """The phase the run was in when the root line was printed; frames (the root traceback's
+        'File ..., in func' lines) override the log's markers where they are decisive."""
+        track = self.tracks.get(root.source, _Track())
+        _close_block(track)  # a last block the scanner read after the tracker had filed it
+        marks = _marks_before(track, root.no)
+        phase = _with_frames(_from_marks(marks), frames or [])
+        phase.rank = root.rank
+        return phase
+
+
+def _marks_before(track: _Track, line: int) -> list[Mark]:
+    """The marks printed before `line`. The block holding it and the one before, when still
+    kept, are read again in full up to that line, so the last progress or save before it is
+    exact (a peek sees only a block's tail)."""
+    before = [m for m in track.marks if m.key < line]
+    root_block = max((b for b, (first, _) in track.first_line.items() if first <= line), default=track.block)
+    root_base = _block_base(track.kept.get(root_block), track.first_line.get(root_block))
+    if root_base is None:
+        return before
+    blocks = [b for b in (root_block - 1, root_block) if b in track.kept]
+    marks = [m for m in before if m.block < blocks[0] or m.line is not None]
+    total = next((m.total for m in reversed(marks) if m.total), None)
+    for block in blocks:
+        last = block == root_block
+        base = root_base if last else _block_base(track.kept[block], track.first_line.get(block))
+        mark = _reread(track.kept[block], base, line if last else None, total)
+        if mark is not None:
+            mark.block = block
+            # a block with no salient line: its mark comes before the root block's lines
+            mark.key = mark.line if mark.line is not None else root_base - 0.5
+            marks.append(mark)
+    return sorted(marks, key=lambda m: m.key)
+
+
+def _reread(data: bytes, base: int | None, line: int | None, total: int | None) -> Mark | None:
+    """The last progress or save in a kept block, up to `line` (its whole length when None)."""
+    end = _offset_of_line(data, line - base) if line is not None and base is not None else len(data)
+    found = _progress_before(data, end, total, 0)
+    if found is None:
+        return None
+    pos, mark = found
+    if base is not None:
+        mark.line = base + data.count(b"\n", 0, pos)
+    return mark
+
+
+class _BlockStream:
+    """The read() that iter_blocks() expects, over blocks that are already aligned."""
+
+    def __init__(self, blocks: Iterator[bytes]):
+        self._blocks = blocks
+
+    def read(self, _size: int = -1) -> bytes:
+        return next(self._blocks, b"")
+
+    def close(self) -> None:
+        pass
+
+
+def _close_block(track: _Track) -> None:
+    """The current block is read: place its peeked mark among its salient lines (the first
+    salient line found after it, searching back from the block's end) and file its marks."""
+    marks = track.pending
+    if track.peeked is not None:
+        pos, mark = track.peeked
+        data = track.kept.get(track.block, b"")
+        after, cursor = None, len(data)
+        for no, text in reversed(track.block_lines):
+            hit = data.rfind(text.strip()[:60].encode("utf-8", "replace"), pos, cursor)
+            if hit < 0:
+                break
+            after, cursor = no, hit
+        mark.block = track.block
+        mark.key = after - 0.5 if after is not None else track.last_line + 0.5
+        marks = sorted(marks + [mark], key=lambda m: m.key)
+    for m in marks:
+        _append(track.marks, m)
+    track.pending, track.block_lines, track.peeked = [], [], None
+
+
+def _append(marks: list[Mark], mark: Mark) -> None:
+    """Add a mark; a run of peeked marks keeps only its latest; the list stays bounded."""
+    if marks and mark.line is None and marks[-1].line is None and mark.phase == marks[-1].phase:
+        marks[-1] = mark
+    else:
+        marks.append(mark)
+    if len(marks) > TIMELINE_LIMIT:
+        del marks[: len(marks) // 2]
+
+
+def _progress_before(block: bytes, end: int, total: int | None, start: int) -> tuple[int, Mark] | None:
+    """The last sign of training in block[start:end]: a bar of the Trainer, a loss dict, a
+    DeepSpeed 'step=N' line, or a checkpoint save; (position, mark) or None. The mark carries
+    the last step seen, also when a loss dict or a save came after the bar."""
+    found: list[tuple[int, Mark]] = []
+    bar = _last_bar(block, start, end, total)
+    if bar is not None:
+        pos, step, bar_total = bar
+        found.append((pos, Mark(-1, 0.0, TRAINING if step > 0 else FIRST_STEP, step, bar_total, _text(block, pos))))
+    loss = max(block.rfind(lit, start, end) for lit in _LOSS)
+    if loss >= 0:
+        found.append((loss, Mark(-1, 0.0, TRAINING, None, None, _text(block, loss))))
+    ds = block.rfind(b"] step=", start, end)
+    m = _DS_STEP.match(block, ds) if ds >= 0 else None
+    if m:
+        found.append((ds, Mark(-1, 0.0, TRAINING, int(m.group(1)), None, _text(block, ds))))
+    save = block.rfind(_SAVING, start, end)
+    if save >= 0:
+        found.append((save, Mark(-1, 0.0, SAVING, None, None, _text(block, save))))
+    if not found:
+        return None
+    found.sort(key=lambda f: f[0])
+    pos, mark = found[-1]
+    if mark.step is None:
+        stepped = [f[1] for f in found if f[1].step is not None]
+        if stepped:
+            mark.step, mark.total = stepped[-1].step, stepped[-1].total
+    return pos, mark
+
+
+def _last_bar(block: bytes, start: int, end: int, total: int | None) -> tuple[int, int, int] | None:
+    """The last progress bar of the training loop: no description, and the run's total steps
+    when the log said it (eval bars have another total)."""
+    pos = end
+    for _ in range(BAR_TRIES):
+        hit = max(block.rfind(rate, start, pos) for rate in _BAR_RATES)
+        if hit < 0:
+            return None
+        seg = max(block.rfind(b"\n", 0, hit), block.rfind(b"\r", 0, hit)) + 1
+        m = _BAR.match(block, seg, hit + 4)
+        if m and (total is None or int(m.group(3)) == total):
+            return seg, int(m.group(2)), int(m.group(3))
+        if seg <= start:
+            return None
+        pos = seg
+    return None
+
+
+def _text(block: bytes, pos: int) -> str:
+    seg = max(block.rfind(b"\n", 0, pos), block.rfind(b"\r", 0, pos)) + 1
+    stops = [x for x in (block.find(b"\n", pos), block.find(b"\r", pos)) if x >= 0]
+    stop = min(stops) if stops else len(block)
+    return block[seg:min(stop, seg + 300)].decode("utf-8", "replace").strip()
+
+
+def _block_base(data: bytes | None, first: tuple[int, str] | None) -> int | None:
+    """The block's first line number, from its first salient line: that line's text first
+    occurs where that line is (an earlier copy would have been salient too)."""
+    if data is None or first is None:
+        return None
+    no, text = first
+    pos = data.find(text.strip()[:60].encode("utf-8", "replace"))
+    return None if pos < 0 else no - data.count(b"\n", 0, pos)
+
+
+def _offset_of_line(block: bytes, index: int) -> int:
+    """Byte offset where the block's index-th line (0-based) starts; the lines are skipped by
+    one counted regex repeat, in C."""
+    if index <= 0:
+        return 0
+    m = re.compile(rb"(?:[^\n]*\n){%d}" % index).match(block)
+    return m.end() if m else len(block)
+
+
+def _from_marks(marks: list[Mark]) -> Phase:
+    if not marks:
+        return Phase(START_UP)
+    last = marks[-1]
+    if last.phase == TRAINING:
+        ended = next((m for m in reversed(marks[-4:-1]) if m.phase in (EXIT, SAVING)), None)
+        if ended is not None and last.step is not None and last.step == last.total:
+            last = ended  # the bar's final redraw after 'Training completed' or the final save
+    step = next((m.step for m in reversed(marks) if m.step is not None), None)
+    total = next((m.total for m in reversed(marks) if m.total is not None), None)
+    if last.phase in (DATA, MODEL, START_UP):
+        step = total = None  # a step logged before (an earlier run in the same log) is not this phase's
+    elif last.phase == FIRST_STEP:
+        step = None
+    return Phase(last.phase, step, total, last.line, last.text)
+
+
+def _with_frames(timeline: Phase, frames: list[LogLine]) -> Phase:
+    """The phase the root traceback's frames name, where they name one; the log's progress
+    still says which step (a save or a training step happens at one)."""
+    for phase, pattern in FRAME_PHASES:
+        frame = next((f for f in reversed(frames) if pattern.search(f.text.strip())), None)
+        if frame is None:
+            continue
+        if phase == timeline.name or (phase == FIRST_STEP and timeline.name in (TRAINING, SAVING, EXIT)):
+            return timeline
+        in_loop = timeline.name in (FIRST_STEP, TRAINING, SAVING, EXIT)
+        step = timeline.step if phase == SAVING and in_loop else None
+        total = timeline.total if phase in (SAVING, FIRST_STEP) and in_loop else None
+        return Phase(phase, step, total, frame.no, frame.text.strip())
+    return timeline

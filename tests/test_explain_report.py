@@ -1,0 +1,136 @@
+"""What explain says beside the diagnosis: the phase the run failed in and its numbers, read
+from the log (never contradicting it)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mgft_doctor.explain import explain_text, phase as phase_mod
+from mgft_doctor.explain.phase import PhaseTracker
+from mgft_doctor.explain.render import when_it_failed
+
+# A LLaMA-Factory run as it prints itself (transformers' Trainer, datasets' map progress).
+HEAD = """[INFO|2025-01-07 10:00:01] llamafactory.hparams.parser:406 >> Process rank: 0, world size: 2, device: cuda:0, distributed training: True, compute dtype: torch.bfloat16
+[INFO|2025-01-07 10:00:02] llamafactory.data.loader:143 >> Loading dataset identity.json...
+Converting format of dataset (num_proc=16): 100%|##########| 91/91 [00:00<00:00, 412.10 examples/s]
+Running tokenizer on dataset (num_proc=16): 100%|##########| 91/91 [00:01<00:00, 60.32 examples/s]
+[INFO|modeling_utils.py:1151] 2025-01-07 10:00:10,001 >> loading weights file model.safetensors
+Loading checkpoint shards: 100%|##########| 2/2 [00:03<00:00,  1.52s/it]
+[INFO|2025-01-07 10:00:20] llamafactory.model.loader:143 >> trainable params: 20,971,520 || all params: 8,051,232,768 || trainable%: 0.2605
+[INFO|trainer.py:2128] 2025-01-07 10:00:21,000 >> ***** Running training *****
+[INFO|trainer.py:2129] 2025-01-07 10:00:21,000 >>   Num examples = 91
+[INFO|trainer.py:2135] 2025-01-07 10:00:21,000 >>   Total optimization steps = {total:,}
+[INFO|trainer.py:2136] 2025-01-07 10:00:21,000 >>   Number of trainable parameters = 20,971,520
+"""
+SAVE_TRACEBACK = """Traceback (most recent call last):
+  File "/opt/LLaMA-Factory/src/llamafactory/launcher.py", line 23, in <module>
+    launch()
+  File "/usr/lib/python3.11/site-packages/transformers/trainer.py", line 2241, in train
+    return inner_training_loop(
+  File "/usr/lib/python3.11/site-packages/transformers/trainer.py", line 2612, in _inner_training_loop
+    self._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval)
+  File "/usr/lib/python3.11/site-packages/transformers/trainer.py", line 3092, in _save_checkpoint
+    self.save_model(output_dir, _internal_call=True)
+  File "/usr/lib/python3.11/site-packages/torch/serialization.py", line 651, in save
+    with _open_zipfile_writer(f) as opened_zipfile:
+RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 4736 vs 4630
+"""
+
+
+def head(total=3000):
+    return HEAD.replace("{total:,}", f"{total:,}")
+
+
+def steps(first, last, total=3000, loss_every=10):
+    """The Trainer's bar redrawn once a step (\\r), a loss dict every loss_every steps."""
+    out = []
+    for s in range(first, last + 1):
+        out.append(f" {100 * s // total:3d}%|#         | {s}/{total} [01:02<2:00:00,  2.10s/it]\r")
+        if s and s % loss_every == 0:
+            out.append(f"\n{{'loss': 1.{s % 97:04d}, 'grad_norm': 0.33, 'learning_rate': 1e-05, 'epoch': {s / 1000:.2f}}}\n")
+    return "".join(out) + "\n"
+
+
+CASES = {
+    "start-up": ("Traceback (most recent call last):\n"
+                 '  File "/opt/LLaMA-Factory/src/llamafactory/hparams/parser.py", line 226, in get_train_args\n'
+                 '    raise ValueError("Please specify `max_steps` in streaming mode.")\n'
+                 "ValueError: Please specify `max_steps` in streaming mode.\n", None),
+    "data loading": (head().split("Running tokenizer")[0]
+                     + "Running tokenizer on dataset (num_proc=16):  45%|####      | 41/91 [00:01<00:01, 60.32 examples/s]\n"
+                     "Traceback (most recent call last):\n"
+                     '  File "/opt/LLaMA-Factory/src/llamafactory/data/processor/supervised.py", line 99, in preprocess_dataset\n'
+                     "KeyError: 'output'\n", None),
+    "model loading": (head().split("Loading checkpoint shards")[0]
+                      + "Loading checkpoint shards:  50%|#####     | 1/2 [00:21<00:21, 21.40s/it]\n"
+                      "E0615 02:11:40.533000 1 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) "
+                      "local_rank: 1 (pid: 50313) of binary: /usr/bin/python\n", None),
+    "first step": (head() + steps(0, 0) + "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", None),
+    "mid-training": (head() + steps(0, 1234) + "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered\n", (1234, 3000)),
+    "saving": (head() + steps(0, 1200) + "[INFO|trainer.py:3801] 2025-01-07 11:00:00,000 >> Saving model checkpoint to "
+               "saves/llama3/checkpoint-1200\n" + SAVE_TRACEBACK, (1200, 3000)),
+    "exit": (head(300) + steps(0, 300, 300) + "[INFO|trainer.py:2400] >> \n\nTraining completed. Do not forget to share your model "
+             "on huggingface.co/models =)\n\n" + steps(300, 300, 300) + "[INFO|trainer.py:3801] >> Saving model checkpoint to saves/x\n"
+             "***** train metrics *****\n  epoch = 3.0\n[rank0]: RuntimeError: Connection refused while destroying the process group\n",
+             (300, 300)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_phase_and_step_come_from_the_log(name):
+    log, progress = CASES[name]
+    r = explain_text(log)
+    assert r.failure and r.phase is not None and r.phase.name == name, (r.root_error, r.phase)
+    assert (None if r.phase.step is None else (r.phase.step, r.phase.total)) == progress
+    data = r.to_json()
+    assert data["phase"] == name
+    assert data["progress"] == (None if progress is None else {"step": progress[0], "total_steps": progress[1]})
+
+
+def test_the_report_says_when_with_the_logs_numbers():
+    r = explain_text(CASES["saving"][0])
+    assert when_it_failed(r) == "failed while saving, at step 1200 of 3000"
+    r = explain_text(CASES["mid-training"][0])
+    assert when_it_failed(r) == "failed mid-training, at step 1234 of 3000, on rank 1"
+
+
+def test_a_healthy_log_has_no_phase():
+    r = explain_text(head() + steps(0, 50))
+    assert not r.failure and r.phase is None and "phase" not in r.to_json()  # explain/1 as it was
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of 64 KB instead of 4 MB, so that a short log spans many of them."""
+    monkeypatch.setattr(PhaseTracker, "block_size", 64 << 10)
+    monkeypatch.setattr(phase_mod, "TAIL_BYTES", 4 << 10)
+
+
+def test_root_in_an_early_block_of_a_long_log_gets_its_exact_step(small_blocks):
+    log = (head(20000) + steps(0, 4000, 20000) + "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+           + "".join(f"[rank0]: still waiting {i}\n" for i in range(40000)))
+    r = explain_text(log)
+    assert r.phase.name == "mid-training" and (r.phase.step, r.phase.total) == (4000, 20000)
+
+
+def test_root_in_a_block_no_longer_kept_still_gets_the_phase(small_blocks, monkeypatch):
+    monkeypatch.setattr(phase_mod, "PIN_BLOCKS", 0)
+    log = (head(20000) + steps(0, 4000, 20000) + "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+           + "".join(f"[rank0]: still waiting {i}\n" for i in range(40000)))
+    r = explain_text(log)
+    # the root's own block is gone: the step is the last one a block's tail showed before it
+    assert r.phase.name == "mid-training" and r.phase.total == 20000 and 2500 <= r.phase.step <= 4000
+
+
+def test_a_save_between_blocks_and_progress_after_it(small_blocks):
+    log = (head(20000) + steps(0, 3000, 20000) + "[INFO|trainer.py:3801] >> Saving model checkpoint to saves/checkpoint-3000\n"
+           + steps(3001, 6000, 20000) + "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    r = explain_text(log)
+    assert r.phase.name == "mid-training" and r.phase.step == 6000
+    log = (head(20000) + steps(0, 3000, 20000) + "[INFO|trainer.py:3801] >> Saving model checkpoint to saves/checkpoint-3000\n"
+           + "".join(f"[INFO|configuration_utils.py:420] >> Configuration saved in saves/checkpoint-3000/config{i}.json\n" for i in range(300))
+           + "[rank0]: RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 4736 vs 4630\n")
+    r = explain_text(log)
+    assert r.phase.name == "saving" and (r.phase.step, r.phase.total) == (3000, 20000)
