@@ -238,3 +238,23 @@ def test_the_commands_exit_code_and_output_pass_through(tmp_path):
     p = subprocess.run(DOCTOR + ["run", "--", "sh", "-c", "exit 7"], env=env, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 7 and "exited with code 7" in p.stderr
+
+
+def test_py_spy_is_used_when_installed(tmp_path, monkeypatch):
+    """A py-spy on PATH is run per rank and its dump read (a stand-in that prints py-spy's format)."""
+    from mgft_doctor.watch.dump import request_dumps
+    fake = tmp_path / "bin" / "py-spy"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\ncat <<'DUMP'\n" + PY_SPY + "DUMP\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        proc = Proc(pid=sleeper.pid, rank=0, local_rank=0, role="unregistered")
+        (dump,) = request_dumps([proc], tmp_path, None, lambda s: __import__("time").sleep(s))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert dump.answered and dump.py_spy_file
+    state = analysis.rank_state(dump, proc, None)
+    assert state.top.func == "_map_single" and state.users.func == "tokenize_all"

@@ -5,6 +5,7 @@ skips the stdlib's waiting machinery (threading, selectors, queue, ...)."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -52,6 +53,8 @@ class Frame:
 
     @property
     def is_users(self) -> bool:
+        if not os.path.isabs(self.file) and "/" in self.file.replace("\\", "/"):
+            return False  # py-spy's short form of a site-packages file: "datasets/arrow_dataset.py"
         return not _LIBRARY.search(self.file) and not _STDLIB.search(self.file) and not self.is_plumbing
 
 
