@@ -73,10 +73,35 @@ def run_async_io(torch, workdir, module):
             "write_ops": wrote, "read_ops": read}
 
 
+class Stopped(Exception):
+    """The op got no further than `stage`; `fields` say why (error_type, error, traceback, ...)."""
+
+    def __init__(self, stage: str, **fields):
+        super().__init__(stage)
+        self.stage, self.fields = stage, fields
+
+
 def main():
     args = script_args()
-    op = args["op"]
-    out = {"op": op}
+    out = {"op": args["op"]}
+    try:
+        import_build_and_run(args, out)
+    except Stopped as stop:
+        out.update(stage=stop.stage, **stop.fields)
+    emit(out)
+
+
+def import_build_and_run(args: dict, out: dict) -> None:
+    """The stages in order: import, builder, is_compatible, build, run; the first that fails raises Stopped."""
+    torch, deepspeed, accelerator = import_stack(out)
+    ext_dir = extensions_dir(args["cache_root"], torch, deepspeed, accelerator, out)
+    builder = make_builder(args["op"], out)
+    check_compatible(builder, out)
+    module = build(builder, accelerator, ext_dir, out)
+    run_op(args, torch, ext_dir, module, out)
+
+
+def import_stack(out: dict):
     phase("import")
     t0 = time.perf_counter()
     try:
@@ -86,41 +111,51 @@ def main():
 
         accelerator = get_accelerator()._name
     except Exception as exc:  # noqa: BLE001
-        out.update(stage="import", **error_text(exc))
-        emit(out)
-        return
+        raise Stopped("import", **error_text(exc)) from exc
     out["import_s"] = round(time.perf_counter() - t0, 2)
+    return torch, deepspeed, accelerator
+
+
+def extensions_dir(cache_root: str, torch, deepspeed, accelerator: str, out: dict) -> str:
+    """The doctor's own TORCH_EXTENSIONS_DIR for this Python, torch, DeepSpeed and accelerator."""
     tag = (f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__.replace('+', '_')}"
            f"_ds{deepspeed.__version__.replace('+', '_')}_{accelerator}")
-    ext_dir = os.path.join(args["cache_root"], tag)
+    ext_dir = os.path.join(cache_root, tag)
     os.makedirs(ext_dir, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
     out.update(accelerator=accelerator, torch=torch.__version__, torch_cuda=torch.version.cuda,
                deepspeed=deepspeed.__version__, ext_dir=ext_dir,
                torch_cuda_arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST"))
+    return ext_dir
+
+
+def make_builder(op: str, out: dict):
     try:
         from deepspeed.ops import op_builder
 
         builder = getattr(op_builder, BUILDERS[op])()
     except Exception as exc:  # noqa: BLE001
-        out.update(stage="builder", **error_text(exc))
-        emit(out)
-        return
+        raise Stopped("builder", **error_text(exc)) from exc
     out["builder"] = f"{type(builder).__module__}.{type(builder).__name__}"
+    return builder
+
+
+def check_compatible(builder, out: dict) -> None:
+    """DeepSpeed's own cheap check; its error_log says why it is False."""
     phase("is_compatible")
     try:
         compatible = bool(builder.is_compatible(verbose=True))
     except Exception as exc:  # noqa: BLE001
-        out.update(stage="is_compatible", **error_text(exc))
-        emit(out)
-        return
+        raise Stopped("is_compatible", **error_text(exc)) from exc
     out["compatible"] = compatible
     if not compatible:
-        out.update(stage="is_compatible", error_type="NotCompatible",
-                   error=f"DeepSpeed's {type(builder).__name__}.is_compatible() is False on this machine",
-                   error_log=str(getattr(builder, "error_log", "") or ""))
-        emit(out)
-        return
+        raise Stopped("is_compatible", error_type="NotCompatible",
+                      error=f"DeepSpeed's {type(builder).__name__}.is_compatible() is False on this machine",
+                      error_log=str(getattr(builder, "error_log", "") or ""))
+
+
+def build(builder, accelerator: str, ext_dir: str, out: dict):
+    """builder.load(): the prebuilt op, the cached build, or a real JIT build (out says which)."""
     try:
         from deepspeed.git_version_info import accelerator_name, installed_ops
 
@@ -135,13 +170,16 @@ def main():
     try:
         module = builder.load(verbose=True)
     except BaseException as exc:  # noqa: BLE001 - SystemExit from a failing build is a failure too
-        out.update(stage="build", build_s=round(time.perf_counter() - t0, 2), **error_text(exc))
-        emit(out)
-        return
+        raise Stopped("build", build_s=round(time.perf_counter() - t0, 2), **error_text(exc)) from exc
     out["build_s"] = round(time.perf_counter() - t0, 2)
     after = os.path.getmtime(so) if os.path.exists(so) else None
     out["cached"] = (not prebuilt) and before is not None and after == before
     out["module_file"] = getattr(module, "__file__", None)
+    return module
+
+
+def run_op(args: dict, torch, ext_dir: str, module, out: dict) -> None:
+    op = args["op"]
     phase("run")
     t0 = time.perf_counter()
     try:
@@ -152,14 +190,11 @@ def main():
         else:
             ran = run_async_io(torch, args.get("workdir") or ext_dir, module)
     except BaseException as exc:  # noqa: BLE001
-        out.update(stage="run", run_s=round(time.perf_counter() - t0, 2), **error_text(exc))
-        emit(out)
-        return
+        raise Stopped("run", run_s=round(time.perf_counter() - t0, 2), **error_text(exc)) from exc
     out["run_s"] = round(time.perf_counter() - t0, 3)
     out["ran"] = ran
     if not ran.get("ok"):
-        out.update(stage="run", error_type="WrongResult", error=f"{ran.get('what')}: unexpected values {ran.get('values')}")
-    emit(out)
+        raise Stopped("run", error_type="WrongResult", error=f"{ran.get('what')}: unexpected values {ran.get('values')}")
 
 
 if __name__ == "__main__":
