@@ -10,6 +10,7 @@ import glob
 import os
 import re
 import time
+from dataclasses import dataclass
 
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.launch_findings import explain_log
@@ -113,7 +114,7 @@ def run(ctx: Context):
     details = [f"ops this run needs ({'GPU' if gpu else 'CPU accelerator'}, {where}):"]
     details += [f"  {n}: {why}" for n, why in ops]
     metrics: dict = {"ops": {}}
-    done: list[tuple[str, str]] = []
+    done: list[tuple[str, str]] = []  # (op, how it built and ran)
     for name, _ in ops:
         left = deadline - time.monotonic()
         if left < 5:
@@ -124,67 +125,16 @@ def run(ctx: Context):
         if name == "async_io":
             os.makedirs(args["workdir"], exist_ok=True)
         run_ = run_script(o.python, worker_script("ds_ops"), args, timeout=left)
-        data = run_.payload or {}
-        m = {"wall_s": round(run_.wall_s, 2)}
-        metrics["ops"][name] = m
-        if data.get("ext_dir"):
-            metrics["cache_dir"] = data["ext_dir"]
-        details.append(f"{name}: {' → '.join(run_.phases) or 'no phase reached'}, {run_.wall_s:.1f} s, exit code {run_.returncode}")
         if run_.timed_out:
-            at = run_.phases[-1] if run_.phases else "start"
             _clear_locks(cache_root, name)
-            findings.append(Finding(_codes.OP_BUILD_HANG,
-                                    f"{name}: no result within {run_.wall_s:.0f} s (stopped at '{at}'); the build was killed",
-                                    "A first build takes about a minute on a few cores: rerun with a larger --timeout. "
-                                    "A build that never ends waits on a `lock` left in a torch_extensions folder by a killed "
-                                    "build (torch < 2.14): delete it."))
-            details += _log_tail(run_.log)
-            continue
-        if not run_.payload:
-            report = explain_log(run_.log) if run_.log.strip() else None
-            code = report.diagnoses[0].code if report is not None and report.diagnoses else _codes.OP_BUILD_FAILED
-            line = key_error_line(run_.log) or (run_.log.strip().splitlines() or ["no output"])[-1]
-            findings.append(Finding(code, f"{name}: the build process died (exit code {run_.returncode}) without a result: {line[:300]}",
-                                    _fix_for(line, name)))
-            details += _log_tail(run_.log)
-            continue
-        stage = data.get("stage")
-        if stage in ("import", "builder"):
-            findings.append(Finding(_codes.DS_IMPORT_FAILED, f"{name}: DeepSpeed could not be loaded to build it: "
-                                    f"{data.get('error_type')}: {(data.get('error') or '')[:300]}",
-                                    "See deepspeed.install: DeepSpeed must import in this environment first."))
-            continue
-        if stage == "is_compatible":
-            findings.append(_incompatible(name, run_, data))
-            details += _log_tail(run_.log, 8)
-            continue
-        m.update(build_s=data.get("build_s"), cached=data.get("cached"), prebuilt=data.get("prebuilt"))
-        if stage == "build":
-            findings.append(_build_failure(name, run_, data))
-            details += _log_tail(run_.log)
-            if data.get("traceback"):
-                details += ["traceback (tail):", *("  " + ln[:300] for ln in data["traceback"].strip().splitlines()[-8:])]
-            continue
-        how = "pre-built" if data.get("prebuilt") else ("cached build" if data.get("cached") else "fresh build")
-        details.append(f"  {how}: {data.get('module_file')}, load {data.get('build_s')} s")
-        if stage == "run":
-            ran = data.get("ran") or {}
-            sev = Status.WARN if name == "async_io" else Status.FAIL
-            findings.append(Finding(_codes.OP_BUILD_FAILED,
-                                    f"{name} built and loaded, but running it failed: {data.get('error_type')}: "
-                                    f"{(data.get('error') or '')[:300]}",
-                                    "For async_io: the folder must be on a filesystem with O_DIRECT (not tmpfs); otherwise "
-                                    "rebuild the op (delete the cache folder) and check the driver."
-                                    if name == "async_io" else
-                                    "The op loads but computes wrongly or crashes: delete the torch_extensions cache and rebuild; "
-                                    "check that torch, DeepSpeed and the compiler match.", sev))
-            m["ran"] = False
-            details.append(f"  run: {ran.get('what', '')}")
-            continue
-        ran = data.get("ran") or {}
-        m.update(ran=not ran.get("skipped", False), run_s=data.get("run_s"))
-        details.append(f"  ran: {ran.get('what')}" + (f" → {ran.get('values')}" if ran.get("values") else ""))
-        done.append((name, f"{name} ({how}, {data.get('build_s', 0):.1f} s)"))
+        op = judge_op(name, run_)
+        metrics["ops"][name] = op.metrics
+        if (run_.payload or {}).get("ext_dir"):
+            metrics["cache_dir"] = run_.payload["ext_dir"]
+        findings += op.findings
+        details += op.details
+        if op.ran:
+            done.append((name, op.ran))
     metrics["wall_s"] = round(sum(v.get("wall_s", 0) for v in metrics["ops"].values()), 2)
     if metrics.get("cache_dir"):
         details.append(f"cache: {metrics['cache_dir']}")
@@ -195,6 +145,97 @@ def run(ctx: Context):
     else:
         summary = f"built, loaded and ran {ran_ok}"
     return verdict(summary, findings, metrics, details)
+
+
+@dataclass
+class OpVerdict:
+    """What one op's worker run shows: its findings and detail lines, its entry under
+    metrics["ops"], and "cpu_adam (fresh build, 41.3 s)" when it built, loaded and ran."""
+
+    findings: list[Finding]
+    details: list[str]
+    metrics: dict
+    ran: str | None = None
+
+    def add(self, findings: list[Finding], details: list[str]) -> None:
+        self.findings += findings
+        self.details += details
+
+
+def judge_op(name: str, run: ScriptRun) -> OpVerdict:
+    """One branch per stage the worker reached: killed at the time limit, died without a payload,
+    DeepSpeed not loadable, builder not compatible, build failed, run failed, ran."""
+    data = run.payload or {}
+    op = OpVerdict([], [f"{name}: {' → '.join(run.phases) or 'no phase reached'}, {run.wall_s:.1f} s, exit code {run.returncode}"],
+                   {"wall_s": round(run.wall_s, 2)})
+    stage = data.get("stage")
+    if run.timed_out:
+        op.add(*_timed_out(name, run))
+    elif not run.payload:
+        op.add(*_died(name, run))
+    elif stage in ("import", "builder"):
+        op.add(_not_loaded(name, data), [])
+    elif stage == "is_compatible":
+        op.add([_incompatible(name, run, data)], _log_tail(run.log, 8))
+    else:
+        op.metrics.update(build_s=data.get("build_s"), cached=data.get("cached"), prebuilt=data.get("prebuilt"))
+        if stage == "build":
+            op.add(*_build_failed(name, run, data))
+            return op
+        how = "pre-built" if data.get("prebuilt") else ("cached build" if data.get("cached") else "fresh build")
+        op.details.append(f"  {how}: {data.get('module_file')}, load {data.get('build_s')} s")
+        ran = data.get("ran") or {}
+        if stage == "run":
+            op.metrics["ran"] = False
+            op.add([_run_failed(name, data)], [f"  run: {ran.get('what', '')}"])
+        else:
+            op.metrics.update(ran=not ran.get("skipped", False), run_s=data.get("run_s"))
+            op.details.append(f"  ran: {ran.get('what')}" + (f" → {ran.get('values')}" if ran.get("values") else ""))
+            op.ran = f"{name} ({how}, {data.get('build_s', 0):.1f} s)"
+    return op
+
+
+def _timed_out(name: str, run: ScriptRun) -> tuple[list[Finding], list[str]]:
+    at = run.phases[-1] if run.phases else "start"
+    return [Finding(_codes.OP_BUILD_HANG,
+                    f"{name}: no result within {run.wall_s:.0f} s (stopped at '{at}'); the build was killed",
+                    "A first build takes about a minute on a few cores: rerun with a larger --timeout. "
+                    "A build that never ends waits on a `lock` left in a torch_extensions folder by a killed "
+                    "build (torch < 2.14): delete it.")], _log_tail(run.log)
+
+
+def _died(name: str, run: ScriptRun) -> tuple[list[Finding], list[str]]:
+    """No payload: the worker (or the build it ran in-process) died; explain reads its output."""
+    report = explain_log(run.log) if run.log.strip() else None
+    code = report.diagnoses[0].code if report is not None and report.diagnoses else _codes.OP_BUILD_FAILED
+    line = key_error_line(run.log) or (run.log.strip().splitlines() or ["no output"])[-1]
+    return [Finding(code, f"{name}: the build process died (exit code {run.returncode}) without a result: {line[:300]}",
+                    _fix_for(line, name))], _log_tail(run.log)
+
+
+def _not_loaded(name: str, data: dict) -> list[Finding]:
+    return [Finding(_codes.DS_IMPORT_FAILED, f"{name}: DeepSpeed could not be loaded to build it: "
+                    f"{data.get('error_type')}: {(data.get('error') or '')[:300]}",
+                    "See deepspeed.install: DeepSpeed must import in this environment first.")]
+
+
+def _build_failed(name: str, run: ScriptRun, data: dict) -> tuple[list[Finding], list[str]]:
+    details = _log_tail(run.log)
+    if data.get("traceback"):
+        details += ["traceback (tail):", *("  " + ln[:300] for ln in data["traceback"].strip().splitlines()[-8:])]
+    return [_build_failure(name, run, data)], details
+
+
+def _run_failed(name: str, data: dict) -> Finding:
+    sev = Status.WARN if name == "async_io" else Status.FAIL
+    return Finding(_codes.OP_BUILD_FAILED,
+                   f"{name} built and loaded, but running it failed: {data.get('error_type')}: "
+                   f"{(data.get('error') or '')[:300]}",
+                   "For async_io: the folder must be on a filesystem with O_DIRECT (not tmpfs); otherwise "
+                   "rebuild the op (delete the cache folder) and check the driver."
+                   if name == "async_io" else
+                   "The op loads but computes wrongly or crashes: delete the torch_extensions cache and rebuild; "
+                   "check that torch, DeepSpeed and the compiler match.", sev)
 
 
 def _clear_locks(cache_root: str, op: str) -> None:

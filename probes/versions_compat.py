@@ -18,7 +18,7 @@ from mgft_doctor.check.context import Context
 from mgft_doctor.catalog.fixes import choose_fixes
 from mgft_doctor.explain.versions import INSTALLED
 from mgft_doctor.launch import worker_script
-from mgft_doctor.check.probe import Finding, Probe, Status, verdict
+from mgft_doctor.check.probe import Finding, Probe, Status, Verdict, verdict
 from packaging.markers import InvalidMarker, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -213,83 +213,118 @@ RUN_RULES: dict[str, RunRule] = {
 def run(ctx: Context):
     o = ctx.options
     res = run_script(o.python, worker_script("versions"), {"packages": list(WATCHED)}, timeout=min(o.timeout, TIMEOUT_S))
-    d = res.payload
-    if d is None:
+    if res.payload is None:
         what = f"no answer within {res.wall_s:.0f} s" if res.timed_out else f"exit code {res.returncode}"
         tail = (res.log.strip().splitlines() or [""])[-1][:300]
         return verdict(f"could not read the installed versions in {o.python} ({what})",
                        [Finding(_codes.TORCH_MISSING, f"reading package metadata in {o.python} failed ({what}): {tail}",
                                 "Check that the interpreter runs (`python -c 'import importlib.metadata'`).")],
                        {"wall_s": round(res.wall_s, 2)})
+    # torch's CUDA joins the versions when another probe has read the facts already (free then)
+    cuda = ctx.facts.raw.get("torch_cuda") if "facts" in ctx.__dict__ else None
+    return judge(res.payload, o.python, ctx.run_config, round(res.wall_s, 2), cuda)
+
+
+def judge(d: dict, examined: str, rc, wall_s: float, cuda: str | None = None) -> Verdict:
+    """The verdict on the worker's payload: (a) LLaMA-Factory's ranges, (b) what the packages
+    declare about each other, (c) the catalog's known-bad combinations."""
     versions = {norm(k): v for k, v in d["versions"].items()}
     versions["python"] = d.get("python")
-    if "facts" in ctx.__dict__ and ctx.facts.raw.get("torch_cuda"):  # already read by another probe: free
-        versions["cuda"] = ctx.facts.raw["torch_cuda"]
+    if cuda:
+        versions["cuda"] = cuda
     requires = {norm(k): v for k, v in d.get("requires", {}).items()}
     markers = d.get("markers") or {}
-    findings: list[Finding] = []
     details = [f"python {d.get('python')} at {d.get('executable')}",
                "installed: " + ", ".join(f"{p} {versions[p]}" for p in WATCHED if p in versions),
                "not installed: " + (", ".join(p for p in WATCHED if p not in versions) or "none")]
-    metrics = {"versions": {p: versions[p] for p in WATCHED if p in versions}, "wall_s": round(res.wall_s, 2)}
+    metrics = {"versions": {p: versions[p] for p in WATCHED if p in versions}, "wall_s": wall_s}
+    findings, more = lf_ranges(d, versions, requires, markers, rc)
+    details += more
+    summary_parts = [f"within llamafactory {versions['llamafactory']}'s ranges"] if versions.get("llamafactory") and not findings else []
+    findings += requirement_conflicts(versions, requires, markers)
+    try:
+        entries = load_catalog()
+    except Exception as exc:  # noqa: BLE001 - a broken catalog must not hide the version checks
+        entries = []
+        details.append(f"catalog not read: {exc}")
+    bad = known_bad(entries, versions)
+    more_findings, more = known_bad_for_this_run(bad, versions, rc)
+    findings += more_findings
+    details += more
+    details.append(f"known-bad combinations checked: {sum(1 for e in entries if e.affects)} catalog entries with `affects`"
+                   + (f"; matching: {', '.join(e.code for e in bad)}" if bad else "; none matches"))
+    if not bad:
+        summary_parts.append("no known-bad combination")
+    head = ", ".join(f"{p} {versions[p]}" for p in ("llamafactory", "transformers", "deepspeed", "torch") if p in versions)
+    if not head:
+        head = f"none of llamafactory, transformers, deepspeed, torch installed in {examined}"
+    summary = head + ("; " + ", ".join(summary_parts) if summary_parts and not findings else "")
+    if findings:
+        summary = head + f"; {len(findings)} version problem(s)"
+    return verdict(summary, findings, metrics, details)
+
+
+def lf_ranges(d: dict, versions: dict, requires: dict, markers: dict, rc) -> tuple[list[Finding], list[str]]:
+    """(a) LLaMA-Factory's own ranges: its start-up check (a refusal, unless DISABLE_VERSION_CHECK)
+    and its Requires-Dist (a warning); a LLaMA-Factory YAML without llamafactory installed."""
+    findings: list[Finding] = []
+    details: list[str] = []
     lf = versions.get("llamafactory")
-    runtime_bad: list[Violation] = []
-    summary_parts = []
-    if lf:
-        source = (d.get("llamafactory_sources") or {}).get("extras/misc.py")
-        pins = lf_runtime_pins(source) if source else []
-        optional = [p for p in pins if not p.endswith(" ; mandatory")]
-        details.append(f"llamafactory {lf}: check_dependencies() requires "
-                       + (", ".join(optional) if optional else "nothing found (no extras/misc.py check_dependencies)"))
-        runtime_bad = check_pins(optional, versions, f"llamafactory {lf} (check_dependencies at start-up)")
-        disabled = truthy((d.get("env") or {}).get("DISABLE_VERSION_CHECK"))
-        for v in runtime_bad:
-            if disabled:
-                findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + ": DISABLE_VERSION_CHECK is set, so "
-                                        "LLaMA-Factory starts, on a combination it does not support",
-                                        f"pip install '{v.requirement}'", Status.WARN))
-            else:
-                findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + ": LLaMA-Factory refuses to start "
-                                        f"(ImportError: {v.requirement} is required for a normal functioning of this module)",
-                                        f"pip install '{v.requirement}' (in {d.get('executable')}); DISABLE_VERSION_CHECK=1 only "
-                                        "skips the check, the combination stays untested."))
-        seen = {v.package for v in runtime_bad}
-        meta_bad = [v for v in check_requires("llamafactory", lf, requires.get("llamafactory", []), versions, markers,
-                                              set(WATCHED) - {"llamafactory"}) if v.package not in seen]
-        for v in meta_bad:
-            findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + ": outside the range LLaMA-Factory "
-                                    "declares to pip (its start-up check lets it pass)",
-                                    f"pip install '{v.requirement}' to get the combination LLaMA-Factory {lf} was released with.",
-                                    Status.WARN))
-        if not runtime_bad and not meta_bad:
-            summary_parts.append(f"within llamafactory {lf}'s ranges")
-    elif ctx.run_config is not None and ctx.run_config.yaml_path:
-        findings.append(Finding(_codes.TORCH_MISSING, f"llamafactory is not installed in {d.get('executable')}, "
-                                f"but {ctx.run_config.yaml_path} is a LLaMA-Factory config",
-                                f"{d.get('executable')} -m pip install llamafactory (or point --python at the training environment)."))
-    else:
-        details.append("llamafactory is not installed: its ranges are not checked")
-    # What the other watched packages declare about each other (pip check, restricted to the stack).
+    if not lf:
+        if rc is not None and rc.yaml_path:
+            findings.append(Finding(_codes.TORCH_MISSING, f"llamafactory is not installed in {d.get('executable')}, "
+                                    f"but {rc.yaml_path} is a LLaMA-Factory config",
+                                    f"{d.get('executable')} -m pip install llamafactory (or point --python at the training environment)."))
+        else:
+            details.append("llamafactory is not installed: its ranges are not checked")
+        return findings, details
+    source = (d.get("llamafactory_sources") or {}).get("extras/misc.py")
+    pins = lf_runtime_pins(source) if source else []
+    optional = [p for p in pins if not p.endswith(" ; mandatory")]
+    details.append(f"llamafactory {lf}: check_dependencies() requires "
+                   + (", ".join(optional) if optional else "nothing found (no extras/misc.py check_dependencies)"))
+    runtime_bad = check_pins(optional, versions, f"llamafactory {lf} (check_dependencies at start-up)")
+    disabled = truthy((d.get("env") or {}).get("DISABLE_VERSION_CHECK"))
+    for v in runtime_bad:
+        if disabled:
+            findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + ": DISABLE_VERSION_CHECK is set, so "
+                                    "LLaMA-Factory starts, on a combination it does not support",
+                                    f"pip install '{v.requirement}'", Status.WARN))
+        else:
+            findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + ": LLaMA-Factory refuses to start "
+                                    f"(ImportError: {v.requirement} is required for a normal functioning of this module)",
+                                    f"pip install '{v.requirement}' (in {d.get('executable')}); DISABLE_VERSION_CHECK=1 only "
+                                    "skips the check, the combination stays untested."))
+    seen = {v.package for v in runtime_bad}
+    meta_bad = [v for v in check_requires("llamafactory", lf, requires.get("llamafactory", []), versions, markers,
+                                          set(WATCHED) - {"llamafactory"}) if v.package not in seen]
+    for v in meta_bad:
+        findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + ": outside the range LLaMA-Factory "
+                                "declares to pip (its start-up check lets it pass)",
+                                f"pip install '{v.requirement}' to get the combination LLaMA-Factory {lf} was released with.",
+                                Status.WARN))
+    return findings, details
+
+
+def requirement_conflicts(versions: dict, requires: dict, markers: dict) -> list[Finding]:
+    """(b) What the other watched packages declare about each other (pip check, restricted to the
+    stack); a package that is not installed is LLaMA-Factory's business, not a conflict."""
     others = []
     for dist in WATCHED:
         if dist == "llamafactory" or dist not in versions:
             continue
         others += check_requires(dist, versions[dist], requires.get(dist, []), versions, markers,
                                  {p for p in WATCHED if p in versions and p != dist})
-    for v in others:
-        if v.installed is None:
-            continue
-        findings.append(Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + " (pip check reports it; imports may fail)",
-                                f"pip install '{v.requirement}', or a {v.source.split(' ')[0]} release that supports {v.package} {v.installed}.",
-                                Status.WARN))
-    # Known-bad combinations from the catalog.
-    try:
-        entries = load_catalog()
-    except Exception as exc:  # noqa: BLE001 - a broken catalog must not hide the version checks
-        entries = []
-        details.append(f"catalog not read: {exc}")
-    rc = ctx.run_config
-    bad = known_bad(entries, versions)
+    return [Finding(_codes.VERSION_OUTSIDE_PIN, v.describe() + " (pip check reports it; imports may fail)",
+                    f"pip install '{v.requirement}', or a {v.source.split(' ')[0]} release that supports {v.package} {v.installed}.",
+                    Status.WARN) for v in others if v.installed is not None]
+
+
+def known_bad_for_this_run(bad: list[Entry], versions: dict, rc) -> tuple[list[Finding], list[str]]:
+    """(c) The catalog's known-bad combinations that are installed: certain for this run (a
+    failure), not for this run (a detail line), or undecided (a warning)."""
+    findings: list[Finding] = []
+    details: list[str] = []
     for e in bad:
         held = ", ".join(f"{c.package} {versions.get(c.package)}" for c in e.affects)
         fix = choose_fixes(e.fixes, versions)[0]
@@ -309,17 +344,7 @@ def run(ctx: Context):
         else:
             when = f" (it bites with {rule.when})" if rule else ""
             findings.append(Finding(e.code, f"known-bad combination installed ({held}): {e.title}{when}", fix, Status.WARN))
-    details.append(f"known-bad combinations checked: {sum(1 for e in entries if e.affects)} catalog entries with `affects`"
-                   + (f"; matching: {', '.join(e.code for e in bad)}" if bad else "; none matches"))
-    if not bad:
-        summary_parts.append("no known-bad combination")
-    head = ", ".join(f"{p} {versions[p]}" for p in ("llamafactory", "transformers", "deepspeed", "torch") if p in versions)
-    if not head:
-        head = f"none of llamafactory, transformers, deepspeed, torch installed in {o.python}"
-    summary = head + ("; " + ", ".join(summary_parts) if summary_parts and not findings else "")
-    if findings:
-        summary = head + f"; {len(findings)} version problem(s)"
-    return verdict(summary, findings, metrics, details)
+    return findings, details
 
 
 PROBE = Probe(ID, TITLE, run)

@@ -15,6 +15,8 @@ from mgft_doctor.check.context import Context, Options
 from mgft_doctor.check.probe import Status
 from mgft_doctor.probes import _codes, deepspeed_install, deepspeed_ops
 from mgft_doctor.check.runner import run_probe
+from mgft_doctor.runconfig import RunConfig
+from recorded_runs import payload, recorded
 
 BIN = os.path.dirname(sys.executable)
 
@@ -102,6 +104,81 @@ def test_install_fails_when_deepspeed_is_forced_onto_cuda_without_a_gpu(monkeypa
     assert r.status is Status.FAIL
     assert [f.code for f in r.findings] == [_codes.CPU_ONLY_TORCH]
     assert "DS_ACCELERATOR=cuda" in r.findings[0].message
+
+
+# deepspeed.install's sections on recorded payloads (fast) ---------------------------------------
+
+def codes_of(findings):
+    return [f.code for f in findings]
+
+
+def test_sections_pass_on_this_machines_payload():
+    d = payload("ds_install_here")
+    assert deepspeed_install.importable(d, d["executable"])[0::2] == ([], None)
+    found, details = deepspeed_install.accelerator(d, gpu=False)
+    assert found == [] and details[0].startswith("DeepSpeed accelerator: cpu (auto-detected)")
+    ops = RunConfig().deepspeed_ops(gpu=False)
+    jit = deepspeed_install.jit_ops(d, ops)
+    assert jit == ["cpu_adam"]
+    found, details = deepspeed_install.prebuilt_ops(d, d["executable"], False, ops, jit)
+    assert found == [] and details[-1] == "ops this run needs: cpu_adam; JIT-built here: cpu_adam"
+    assert deepspeed_install.cuda_home(d) == ([], [])
+    found, details = deepspeed_install.nvcc_checks(d, gpu=False, jit=jit, bad_home=False)
+    assert found == [] and "nvcc checks skipped: no GPU" in details[-1]
+    found, details = deepspeed_install.jit_toolchain(d, d["executable"], jit)
+    assert found == [] and any(line.startswith("C++ compiler ") for line in details)
+    v = deepspeed_install.judge(d, d["executable"], RunConfig(), 1.0)
+    assert v.status is Status.PASS and v.summary.endswith("JIT toolchain ready for cpu_adam")
+
+
+def test_sections_on_payloads_of_broken_environments():
+    bare = payload("ds_install_bare")
+    found, _, stopped = deepspeed_install.importable(bare, bare["executable"])
+    assert codes_of(found) == [_codes.DS_MISSING] and "torch is missing too" in found[0].message
+    assert stopped == f"deepspeed is not installed in {bare['executable']}"
+    found, _ = deepspeed_install.cuda_home(payload("ds_install_bogus_cuda_home"))
+    assert codes_of(found) == [_codes.CUDA_TOOLKIT_MISSING] and "is a list of paths" in found[0].message
+    forced = payload("ds_install_forced_cuda")
+    found, _ = deepspeed_install.accelerator(forced, gpu=False)
+    assert codes_of(found) == [_codes.CPU_ONLY_TORCH] and "DS_ACCELERATOR=cuda" in found[0].message
+
+
+def test_nvcc_section_as_a_gpu_machine_would_report():
+    # this machine's payload as a GPU machine with an older toolkit would send it
+    d = payload("ds_install_here", cuda_available=True, device_count=2, accelerator="cuda",
+                nvcc=[{"path": "/usr/local/cuda/bin/nvcc", "release": "12.4"}], torch_cuda_home="/usr/local/cuda")
+    found, _ = deepspeed_install.nvcc_checks(d, gpu=True, jit=["fused_adam"], bad_home=False)
+    assert codes_of(found) == [_codes.NVCC_MISMATCH] and "CUDA 12.4" in found[0].message
+    assert deepspeed_install.nvcc_checked(d, gpu=True, bad_home=False)["release"] == "12.4"
+    found, _ = deepspeed_install.nvcc_checks(dict(d, nvcc=[]), gpu=True, jit=["fused_adam"], bad_home=False)
+    assert codes_of(found) == [_codes.CUDA_TOOLKIT_MISSING] and found[0].severity is Status.WARN
+    found, details = deepspeed_install.nvcc_checks(dict(d, nvcc=[{"path": "/x/nvcc", "release": "13.1"}]),
+                                                   gpu=True, jit=["fused_adam"], bad_home=False)
+    assert found == [] and "a minor mismatch" in details[-1]
+
+
+# deepspeed.ops' stages on recorded worker runs (fast) --------------------------------------------
+
+def test_a_recorded_build_that_ran():
+    op = deepspeed_ops.judge_op("cpu_adam", recorded("ds_ops_cpu_adam"))
+    assert op.findings == [] and op.ran.startswith("cpu_adam (fresh build, ")
+    assert op.metrics["ran"] is True and op.metrics["prebuilt"] is False and op.metrics["cached"] is False
+    assert op.details[0] == "cpu_adam: import → is_compatible → build → run, " + op.details[0].split(", ", 1)[1]
+    assert "0.8999" in op.details[-1]
+
+
+def test_recorded_failures_stage_by_stage():
+    op = deepspeed_ops.judge_op("cpu_adam", recorded("ds_ops_cpu_adam_broken_headers"))
+    assert op.ran is None and len(op.findings) == 1
+    assert "fatal error: mgft_doctor_missing_header.h: No such file or directory" in op.findings[0].message
+    assert find_entry(op.findings[0].code).area == "ds-build"
+    assert "traceback (tail):" in op.details
+    op = deepspeed_ops.judge_op("async_io", recorded("ds_ops_async_io"))
+    assert codes_of(op.findings) == [_codes.AIO_MISSING] and "libaio" in op.findings[0].fix
+    hung = recorded("ds_ops_cpu_adam")
+    hung.timed_out, hung.payload = True, None  # the same build, had the time limit struck during its run
+    op = deepspeed_ops.judge_op("cpu_adam", hung)
+    assert codes_of(op.findings) == [_codes.OP_BUILD_HANG] and "stopped at 'run'" in op.findings[0].message
 
 
 # deepspeed.ops --------------------------------------------------------------------------------

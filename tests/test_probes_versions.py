@@ -18,6 +18,8 @@ from mgft_doctor.check.probe import Status
 from mgft_doctor.probes import _codes
 from mgft_doctor.probes import versions_compat as vc
 from mgft_doctor.check.runner import run_probe
+from mgft_doctor.runconfig import load_run_config
+from recorded_runs import payload
 
 
 def lf_source() -> str:
@@ -113,6 +115,54 @@ def test_affects_is_validated():
     for bad in ("deepspeed>=0.16", ["deepspeed"], ["deepspeed>=0.16", "deepspeed<0.17"], []):
         with pytest.raises(CatalogError):
             parse_entry(dict(base, affects=bad), "<t>")
+
+
+# The sections on recorded payloads (fast) -----------------------------------------------------
+
+def versions_of(d):
+    return dict({vc.norm(k): v for k, v in d["versions"].items()}, python=d["python"])
+
+
+def test_sections_pass_on_this_stacks_payload():
+    d = payload("versions_here")
+    v = vc.judge(d, d["executable"], None, 0.4)
+    assert v.status is Status.PASS and "within llamafactory" in v.summary and "no known-bad combination" in v.summary
+    assert vc.lf_ranges(d, versions_of(d), d["requires"], d["markers"], None)[0] == []
+
+
+def test_lf_ranges_on_a_payload_with_transformers_440():
+    d = payload("versions_transformers_4.40")
+    requires = {vc.norm(k): r for k, r in d["requires"].items()}
+    found, details = vc.lf_ranges(d, versions_of(d), requires, d["markers"], None)
+    assert [(f.code, f.severity) for f in found] == [(_codes.VERSION_OUTSIDE_PIN, Status.FAIL)]
+    assert "found transformers 4.40.0" in found[0].message and "refuses to start" in found[0].message
+    assert details[0].startswith(f"llamafactory {d['versions']['llamafactory']}: check_dependencies() requires")
+    relaxed = dict(d, env={"DISABLE_VERSION_CHECK": "1"})
+    assert [f.severity for f in vc.lf_ranges(relaxed, versions_of(d), requires, d["markers"], None)[0]] == [Status.WARN]
+    conflicts = vc.requirement_conflicts(versions_of(d), requires, d["markers"])
+    assert conflicts and all(f.severity is Status.WARN for f in conflicts) and any("trl" in f.message for f in conflicts)
+
+
+def test_known_bad_section_against_the_run(tmp_path):
+    d = payload("versions_here")
+    versions = dict(versions_of(d), transformers="4.46.1")
+    bad = vc.known_bad(load_catalog(), versions)
+    found, _ = vc.known_bad_for_this_run(bad, versions, None)
+    assert [(f.code, f.severity) for f in found if f.code == "MGD601"] == [("MGD601", Status.WARN)]
+    (tmp_path / "ds_z3.json").write_text('{"zero_optimization": {"stage": 3}}')
+    (tmp_path / "train.yaml").write_text("model_name_or_path: x\nstage: sft\ndeepspeed: ds_z3.json\n"
+                                         "gradient_accumulation_steps: 8\n")
+    found, _ = vc.known_bad_for_this_run(bad, versions, load_run_config(str(tmp_path / "train.yaml")))
+    assert [(f.code, f.severity) for f in found if f.code == "MGD601"] == [("MGD601", Status.FAIL)]
+
+
+def test_a_bare_pythons_payload(tmp_path):
+    d = payload("versions_bare")
+    v = vc.judge(d, "/bare/python", None, 0.3)
+    assert v.status is Status.PASS and "llamafactory is not installed: its ranges are not checked" in v.details
+    (tmp_path / "train.yaml").write_text("model_name_or_path: x\nstage: sft\n")
+    found, _ = vc.lf_ranges(d, versions_of(d), {}, d["markers"], load_run_config(str(tmp_path / "train.yaml")))
+    assert [f.code for f in found] == [_codes.TORCH_MISSING] and "llamafactory is not installed" in found[0].message
 
 
 # Real runs -----------------------------------------------------------------------------------
