@@ -134,3 +134,99 @@ def test_a_save_between_blocks_and_progress_after_it(small_blocks):
            + "[rank0]: RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 4736 vs 4630\n")
     r = explain_text(log)
     assert r.phase.name == "saving" and (r.phase.step, r.phase.total) == (3000, 20000)
+
+
+# --- when nothing matches: the frame, the YAML key, next steps by kind ---
+
+def tb(frames, exc):
+    body = "".join(f'  File "{f}", line {n}, in {fn}\n    pass\n' for f, n, fn in frames)
+    return "Traceback (most recent call last):\n" + body + exc + "\n"
+
+
+SITE = "/opt/conda/lib/python3.11/site-packages"
+LF = "/opt/LLaMA-Factory/src/llamafactory"
+
+
+def test_a_data_error_names_its_frame_and_gets_data_steps_only():
+    log = tb([(f"{LF}/launcher.py", 23, "<module>"), (f"{LF}/data/loader.py", 313, "get_dataset"),
+              (f"{SITE}/datasets/arrow_dataset.py", 3073, "map"), (f"{LF}/data/converter.py", 112, "__call__")],
+             "KeyError: 'conversations'")
+    r = explain_text(log)
+    data = r.to_json()
+    assert data["diagnoses"] == [] and r.advice.kind == "data"
+    assert data["root_error"]["frame"] == {"file": f"{LF}/data/converter.py", "line": 112, "function": "__call__", "library": True}
+    assert "yaml_key" not in data["root_error"]  # 'conversations' is a column, not an argument
+    steps = " ".join(data["next_steps"])
+    assert "dataset_info.json" in steps and "NCCL" not in steps
+
+
+def test_a_config_error_names_the_yaml_key():
+    log = tb([(f"{LF}/hparams/parser.py", 226, "get_train_args")], "ValueError: Please specify `max_steps` in streaming mode.")
+    r = explain_text(log)
+    assert r.advice.yaml_key == "max_steps" and r.advice.kind == "config" and r.phase.name == "start-up"
+    assert r.to_json()["root_error"]["yaml_key"] == "max_steps"
+    assert r.advice.next_steps[0].startswith("Change `max_steps`")
+
+
+def test_an_import_error_gets_a_version_step_and_no_nccl_advice():
+    log = tb([(f"{SITE}/transformers/utils/import_utils.py", 2045, "_get_module")],
+             "ModuleNotFoundError: No module named 'flash_attn'")
+    r = explain_text(log)
+    steps = " ".join(r.advice.next_steps)
+    assert r.advice.kind == "import" and "pip show flash_attn" in steps and "NCCL" not in steps
+
+
+def test_an_nccl_error_gets_nccl_debug():
+    log = ("[rank0]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
+           "invalid argument (run with NCCL_DEBUG=WARN for details), NCCL version 2.26.2\n")
+    r = explain_text(log)
+    if r.diagnoses:  # the catalog may know it; the steps are there all the same
+        pass
+    assert r.advice.kind == "distributed" and any("NCCL_DEBUG=INFO" in s for s in r.advice.next_steps)
+
+
+def test_wrapper_frames_are_not_the_failing_frame_and_user_code_is_said():
+    log = tb([("/home/me/train.py", 42, "main"), (f"{SITE}/torch/distributed/c10d_logger.py", 83, "wrapper"),
+              ("/home/me/model.py", 17, "forward"), (f"{SITE}/torch/nn/modules/module.py", 1775, "_call_impl")],
+             "RuntimeError: shapes don't line up: 4096 vs 4097")
+    r = explain_text(log)
+    assert (r.advice.frame.file, r.advice.frame.function, r.advice.frame.library) == ("/home/me/model.py", "forward", False)
+    assert r.advice.kind == "user-code" and "/home/me/model.py:17 in forward" in r.advice.next_steps[0]
+
+
+def test_a_library_frame_says_where_the_users_code_called_it():
+    log = tb([("/home/me/train.py", 42, "main"), (f"{SITE}/deepspeed/runtime/engine.py", 1997, "no_sync")],
+             "RuntimeError: something only this engine knows")
+    r = explain_text(log)
+    assert r.advice.frame.library and r.advice.frame.package == "deepspeed"
+    assert r.advice.caller.where() == "/home/me/train.py:42 in main"
+
+
+@pytest.mark.parametrize("name", ["r1_raises_r0_times_out", "tee_r0_raises_r1_times_out"])
+def test_cross_rank_fixture_names_the_failing_frame_and_the_consequence(name):
+    from pathlib import Path
+
+    from mgft_doctor.explain import explain_paths
+
+    r = explain_paths([str(Path(__file__).parent / "fixtures" / "ranks" / f"{name}.log")])
+    assert (r.advice.frame.function, r.advice.frame.line, r.advice.frame.library) == ("load_batch", 19, False)
+    assert r.advice.next_steps[0].startswith("Fix this error first")
+    assert not any("NCCL_DEBUG" in s for s in r.advice.next_steps)
+
+
+def test_the_argument_names_are_those_of_the_installed_llamafactory():
+    from mgft_doctor.explain import _llamafactory_args, argnames
+
+    found = argnames.installed()
+    if found is None or found[0] != _llamafactory_args.SOURCE:
+        pytest.skip("another llamafactory/transformers than the list was generated from")
+    assert found[1] == _llamafactory_args.NAMES
+    assert {"template", "cutoff_len", "per_device_train_batch_size", "deepspeed"} <= _llamafactory_args.NAMES
+    assert "compute_dtype" not in _llamafactory_args.NAMES  # field(init=False): set by the code
+
+
+def test_datasets_map_progress_is_data_loading():
+    log = ("Map (num_proc=8):  45%|####5     | 450/1000 [00:02<00:03, 180.00 examples/s]\n"
+           + tb([("/home/me/train.py", 30, "main"), ("/home/me/train.py", 12, "tokenize")], "KeyError: 'text'"))
+    r = explain_text(log)
+    assert r.phase.name == "data loading" and r.advice.kind == "data"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..catalog import Entry, load_catalog
 from ..catalog.fixes import choose_fixes
+from .advice import advise
 from .failures import FailureAnalysis, FailureReader, is_consequence
 from .match import Candidate, Matcher
 from .phase import TRIGGERS as PHASE_TRIGGERS
@@ -79,17 +80,18 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
         if candidates:
             root_line, root_kind = candidates[0].evidence[0], "anomaly"
     diagnoses = [_diagnosis(cand, found) for cand in candidates[:MAX_DIAGNOSES]]
-    phase = None
+    phase = advice = None
+    consequences = [e.line for e in analysis.consequences]
     if root_line is not None:
         frames = analysis.root.traceback.frames if analysis.root and analysis.root.traceback else []
         phase = read.phases.phase_at(root_line, frames)
+        advice = advise(analysis.root if root_kind != "anomaly" else None, root_line, root_kind, phase.name, consequences)
     return ExplainReport(
         sources=[s.name for s in sources], failure=root_line is not None, diagnoses=diagnoses,
         root_error=root_line, root_kind=root_kind,
         failed_rank=analysis.failed_rank, exit_codes=analysis.exit_codes, versions=found,
         version_origin=origin, bytes_read=read.stats.get("bytes", 0), lines_read=read.stats.get("lines", 0),
-        launcher_rank=analysis.launcher_rank, consequences=[e.line for e in analysis.consequences],
-        phase=phase,
+        launcher_rank=analysis.launcher_rank, consequences=consequences, phase=phase, advice=advice,
     )
 
 

@@ -3,12 +3,13 @@ mid-training, saving, exit) and at which step, read from the log itself.
 
 Phase markers ('Running tokenizer on dataset', '***** Running training *****') are trigger
 words, so they reach the tracker as salient lines with exact line numbers. Training progress
-(tqdm bars, loss dicts) and checkpoint saves are on almost every line of a long run's log, or
-cost the matcher's fuzzy patterns dear: making them salient would slow explain down. So the
-tracker peeks at the tail of each byte block on its way to the scanner (a few `rfind` calls over
-64 KB) and keeps the last two blocks; at the end it reads the block that holds the root error
-again up to the root's line, so the phase and step there are exact. Memory stays flat: one
-peeked mark per block at most."""
+(tqdm bars, loss dicts), datasets' map progress and checkpoint saves are on almost every line
+of a long run's log, or cost the matcher's fuzzy patterns dear: making them salient would slow
+explain down. So the tracker peeks at the tail of each byte block on its way to the scanner (a
+few `rfind` calls over 64 KB) and keeps the last two blocks and the first blocks with an error;
+at the end it reads the block that holds the root error (and the one before) again up to the
+root's line, so the phase and step there are exact. Memory stays flat: one peeked mark per
+block at most, a few blocks kept."""
 
 from __future__ import annotations
 
@@ -32,8 +33,6 @@ MARKERS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
         ("Running tokenizer on", r"Running tokenizer on (?:dataset|every text)", DATA),
         ("Grouping texts in chunks", r"Grouping texts in chunks", DATA),
         ("Generating train split", r"Generating train split", DATA),
-        ("Map (num_proc=", r"\bMap \(num_proc=\d+\): +\d{1,3}%", DATA),
-        ("Map: ", r"\bMap: +\d{1,3}%", DATA),
         ("loading weights file", r"loading weights file", MODEL),
         ("Loading weights", r"Loading weights\b", MODEL),
         ("Loading checkpoint shards", r"Loading checkpoint shards", MODEL),
@@ -54,6 +53,8 @@ _LOSS = (b"'loss': ", b'"loss": ')
 # A marker printed often in a long run (every save_steps) and on lines that cost the matcher's
 # fuzzy patterns dear: found by peeking at the blocks, like the progress, not as a trigger.
 _SAVING = b"Saving model checkpoint to"
+# datasets' map progress: the data is being prepared (redrawn thousands of times: peeked too)
+_MAP = re.compile(rb"Map(?: \(num_proc=\d+\))?: +\d{1,3}%")
 _DS_STEP = re.compile(rb"\] step=(\d+), skipped=")
 TAIL_BYTES = 64 << 10
 KEEP_BLOCKS = 2  # the last blocks, where the root error usually is
@@ -281,11 +282,14 @@ def _progress_before(block: bytes, end: int, total: int | None, start: int) -> t
     save = block.rfind(_SAVING, start, end)
     if save >= 0:
         found.append((save, Mark(-1, 0.0, SAVING, None, None, _text(block, save))))
+    data = max(block.rfind(b"Map (num_proc=", start, end), block.rfind(b"Map: ", start, end))
+    if data >= 0 and _MAP.match(block, data):
+        found.append((data, Mark(-1, 0.0, DATA, None, None, _text(block, data))))
     if not found:
         return None
     found.sort(key=lambda f: f[0])
     pos, mark = found[-1]
-    if mark.step is None:
+    if mark.step is None and mark.phase != DATA:
         stepped = [f[1] for f in found if f[1].step is not None]
         if stepped:
             mark.step, mark.total = stepped[-1].step, stepped[-1].total

@@ -50,6 +50,11 @@ def when_it_failed(report: ExplainReport) -> str:
     return text
 
 
+def frame_words(frame) -> str:
+    owner = f"{frame.package} (library)" if frame.library and frame.package else "a library" if frame.library else "your code"
+    return f"{owner}, {frame.where()}"
+
+
 def render(report: ExplainReport, console: Console, verbose: bool = False) -> None:
     names = ", ".join(report.sources)
     if not report.failure:
@@ -77,9 +82,17 @@ def render(report: ExplainReport, console: Console, verbose: bool = False) -> No
         console.print("  Versions: " + ", ".join(f"{k} {v} ({report.version_origin.get(k, 'log')})" for k, v in sorted(report.versions.items())))
     console.print()
     if not report.diagnoses:
-        console.print("[yellow]No known failure class matched this log.[/] Next steps:")
-        for i, step in enumerate(GENERIC_STEPS, 1):
-            console.print(f"  {i}. {escape(step)}")
+        console.print("[yellow]No known failure class matched this log.[/]")
+        advice = report.advice
+        if advice is not None and advice.frame is not None:
+            console.print(f"  Raised in: {escape(frame_words(advice.frame))}")
+            if advice.caller is not None:
+                console.print(f"  Called from your code at {escape(advice.caller.where())}")
+        if advice is not None and advice.yaml_key:
+            console.print(f"  The message names the YAML key `{escape(advice.yaml_key)}`.")
+        console.print("  Next steps:")
+        for i, step in enumerate(advice.next_steps if advice else GENERIC_STEPS, 1):
+            console.print(f"    {i}. {escape(step)}")
         return
     shown = report.diagnoses if verbose else report.diagnoses[:2]
     for n, d in enumerate(shown):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .advice import Advice
 from .lines import LogLine
 from .phase import Phase
 
@@ -36,6 +37,7 @@ class ExplainReport:
     launcher_rank: int | None = None  # the rank torchrun's summary named (the first to exit)
     consequences: list[LogLine] = field(default_factory=list)  # other ranks' timeouts/lost peers after the root
     phase: Phase | None = None  # what the run was doing when the root error came
+    advice: Advice | None = None  # the frame that raised it, the YAML key it names, next steps
     bytes_read: int = 0
     lines_read: int = 0
 
@@ -66,4 +68,10 @@ class ExplainReport:
         if self.failure:  # additive fields of explain/1, present when there is a failure to place
             out["phase"] = self.phase.name if self.phase else None
             out["progress"] = self.phase.progress_json() if self.phase else None
+            out["next_steps"] = self.advice.next_steps if self.advice else []
+            if out["root_error"] is not None and self.advice is not None:
+                if self.advice.frame is not None:
+                    out["root_error"]["frame"] = self.advice.frame.to_json()
+                if self.advice.yaml_key:
+                    out["root_error"]["yaml_key"] = self.advice.yaml_key
         return out
