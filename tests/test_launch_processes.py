@@ -124,9 +124,9 @@ def _start_driver(tmp_path, mark, catch: bool):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, catch", [(signal.SIGINT, False), (signal.SIGTERM, False),
+@pytest.mark.parametrize("sig, catch", [(signal.SIGINT, False), (signal.SIGTERM, True), (signal.SIGTERM, False),
                                         (signal.SIGKILL, False)],
-                         ids=["sigint", "sigterm-default", "sigkill"])
+                         ids=["sigint", "sigterm-caught", "sigterm-default", "sigkill"])
 def test_doctor_interrupted_or_killed_mid_run_leaves_nothing(tmp_path, mark, sig, catch):
     """SIGINT / a caught SIGTERM: run_limited kills the tree on the way out. SIGTERM's default
     action and SIGKILL: the doctor dies on the spot; its child gets the parent-death signal and

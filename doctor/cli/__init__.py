@@ -39,6 +39,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Ctrl-C and SIGTERM at any moment end with one line and exit 130 / 143
+    (the launches kill their process trees on the way out); stdout's troubles keep the verdict."""
+    from .ends import catch_signals, guard_streams, interrupted
+
+    restore_signals, restore_streams = catch_signals(), guard_streams()
+    try:
+        try:
+            return _run(argv)
+        finally:
+            restore_streams()  # the last flush, where a closed pipe shows, is still covered below
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM turned into it by catch_signals
+        return interrupted(exc)
+    finally:
+        restore_signals()
+
+
+def _run(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "check")
@@ -49,9 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     except DoctorError as exc:
         sys.stderr.write(f"mgft-doctor: {exc}\n")
         return exc.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("mgft-doctor: interrupted\n")
-        return 130
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:  # the doctor itself crashed: say so in one line, details on request
