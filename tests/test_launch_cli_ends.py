@@ -1,5 +1,5 @@
 """How the doctor's process ends (doctor/cli/ends.py, doctor/__main__.py): a closed or full stdout,
-an ASCII-only encoding, a closed stdin, Ctrl-C and
+an ASCII-only encoding, a closed stdin, bad numbers in options and environment, Ctrl-C and
 SIGTERM during start-up. Each ends with a defined exit code and at most one line on stderr."""
 
 from __future__ import annotations
@@ -80,6 +80,34 @@ def test_closed_stdin_is_bad_input():
                           env=_env(), timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["mgft-doctor: -: standard input is closed, there is nothing to read"]
+
+
+@pytest.mark.parametrize("args", [["--timeout", "nan"], ["--timeout", "inf"], ["--timeout", "-1"], ["--timeout", "0"],
+                                  ["--timeout", "1e12"], ["--nproc", "0"], ["--nproc", "-1"], ["--nproc", "100000"],
+                                  ["--master-port", "70000"], ["--master-port", "-1"], ["--nnodes", "0"],
+                                  ["--nnodes", "2", "--node-rank", "2"], ["--node-rank", "-1"]])
+def test_bad_numbers_in_options(args):
+    proc = _run(["check", "--only", "nccl.allreduce", *args], stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("mgft-doctor: "), proc.stderr
+
+
+@pytest.mark.parametrize("name, value", [("NNODES", "abc"), ("NODE_RANK", "x"), ("MASTER_PORT", "99999"),
+                                         ("MASTER_PORT", "http"), ("NNODES", "0"), ("NODE_RANK", "3")])
+def test_bad_numbers_in_the_environment(name, value):
+    proc = _run(["check", "--only", "nccl.allreduce"], env=_env(**{name: value}), stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0], proc.stderr
+
+
+def test_bad_world_size_for_fix(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1}')
+    proc = _run(["fix", str(ds)], env=_env(WORLD_SIZE="abc"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "mgft-doctor: WORLD_SIZE='abc' is not a number of GPUs (set a number, or pass --world-size)"]
 
 
 def test_console_script_goes_through_the_startup_wrapper():

@@ -5,6 +5,7 @@ user's run config."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -39,29 +40,42 @@ class Options:
                  master_port: int | None = None, config: str | None = None, model: str | None = None,
                  deepspeed: str | None = None, trust_remote_code: bool = False) -> "Options":
         """Options as `mgft-doctor check` and the pytest plugin build them: what is not given is read
-        from NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT as LLaMA-Factory reads them."""
-        if nproc is not None and nproc < 1:
-            raise DoctorError("--nproc must be at least 1")
-        if not timeout > 0:
-            raise DoctorError("--timeout must be positive")
+        from NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT as LLaMA-Factory reads them. Every number
+        is checked (finite, in range): a bad one is one line and exit 2, never a run without a limit."""
+        if nproc is not None and not 1 <= nproc <= 1024:
+            raise DoctorError(f"--nproc must be at least 1 (and at most 1024), not {nproc}")
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and 0 < timeout <= 86400):
+            raise DoctorError(f"--timeout must be positive: a number of seconds up to 86400 (a day), not {timeout}")
+        nnodes = nnodes if nnodes is not None else _env_int("NNODES", 1, "--nnodes")
+        node_rank = node_rank if node_rank is not None else _env_int("NODE_RANK", 0, "--node-rank")
+        master_port = master_port if master_port is not None else _env_int("MASTER_PORT", None, "--master-port")
+        if not 1 <= nnodes <= 65536:
+            raise DoctorError(f"--nnodes (or NNODES) must be between 1 and 65536, not {nnodes}")
+        if not 0 <= node_rank < nnodes:
+            raise DoctorError(f"--node-rank (or NODE_RANK) must be between 0 and {nnodes - 1} for {nnodes} node(s), "
+                              f"not {node_rank}")
+        if master_port is not None and not 0 <= master_port <= 65535:
+            raise DoctorError(f"--master-port (or MASTER_PORT) must be a port number, 1 to 65535 (0: a free one), not {master_port}")
         fault = os.environ.get("MGFT_DOCTOR_INJECT_FAULT")
         return cls(
             nproc=nproc, timeout=timeout, python=python or sys.executable,
-            nnodes=nnodes if nnodes is not None else _env_int("NNODES", 1),
-            node_rank=node_rank if node_rank is not None else _env_int("NODE_RANK", 0),
+            nnodes=nnodes, node_rank=node_rank,
             master_addr=master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1",
-            master_port=master_port if master_port is not None else _env_int("MASTER_PORT", None),
+            master_port=master_port,
             config=config, model=model, deepspeed=deepspeed, trust_remote_code=trust_remote_code,
             inject_fault=json.loads(fault) if fault else None,
         )
 
 
-def _env_int(name: str, default: int | None) -> int | None:
+def _env_int(name: str, default: int | None, option: str = "") -> int | None:
+    """The integer in environment variable `name` (default when unset or empty); anything else is
+    one line naming the variable (and the option that overrides it)."""
     value = os.environ.get(name)
     try:
         return int(value) if value not in (None, "") else default
     except ValueError:
-        raise DoctorError(f"{name}={value!r} is not an integer")
+        instead = f" (set a number, or pass {option})" if option else ""
+        raise DoctorError(f"{name}={value!r} is not an integer{instead}") from None
 
 
 class Context:

@@ -26,7 +26,10 @@ def run_fix(args) -> int:
         if rc.ds_error:
             raise DoctorError(rc.ds_error)
         raise DoctorError(f"{args.config}: names no DeepSpeed config; nothing to repair")
-    world = args.world_size or int(os.environ.get("WORLD_SIZE", 0)) or 1
+    env_world = os.environ.get("WORLD_SIZE", "").strip()
+    if args.world_size is None and env_world and not env_world.isdigit():
+        raise DoctorError(f"WORLD_SIZE={env_world!r} is not a number of GPUs (set a number, or pass --world-size)")
+    world = args.world_size or int(env_world or 0) or 1
     if args.world_size is None and not rc.yaml_path:
         sys.stderr.write("mgft-doctor: assuming world size 1; pass --world-size N for N GPUs\n")
     fixed, applied = repaired(rc, world, None)
