@@ -76,13 +76,21 @@ def wait_gone(folder: Path, seconds: float) -> list[int]:
     return leftovers(folder)
 
 
+# MGFT_TEST_BACKEND=nccl runs the same scripts on GPUs (one per rank): the Flight Recorder path of NCCL
+BACKEND = os.environ.get("MGFT_TEST_BACKEND", "gloo")
 PRELUDE = """
 import os, sys, time
 import torch, torch.distributed as dist
-dist.init_process_group("gloo")
+backend = os.environ.get("MGFT_TEST_BACKEND", "gloo")
+device = "cpu"
+if backend == "nccl":
+    device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+    torch.cuda.set_device(device)
+dist.init_process_group(backend)
 rank = dist.get_rank()
-t = torch.ones(2)
+t = torch.ones(2, device=device)
 dist.all_reduce(t)
+t.sum().item()
 print(f"rank {rank} ready", flush=True)
 """
 
@@ -96,6 +104,7 @@ def wait_for_my_shards():
 if rank == 0:
     wait_for_my_shards()
 dist.all_reduce(t)
+t.sum().item()
 print("never printed", flush=True)
 """)
     t0 = time.monotonic()
@@ -104,8 +113,8 @@ print("never printed", flush=True)
     assert p.returncode == 124, p.stderr
     err = p.stderr
     assert re.search(r"rank 0 \(pid \d+\): in wait_for_my_shards \(.*stuck\.py:\d+\)", err), err
-    assert re.search(r"rank 1 \(pid \d+\): waits in gloo:all_reduce #2", err), err
-    assert "Rank 0 is not in gloo:all_reduce #2 that rank 1 waits in" in err
+    assert re.search(rf"rank 1 \(pid \d+\): waits in {BACKEND}:all_reduce #2", err), err
+    assert f"Rank 0 is not in {BACKEND}:all_reduce #2 that rank 1 waits in" in err
     assert "MGD301" in err and "mgft-doctor codes MGD301" in err
     folder = run_folder(err)
     stall = json.loads((folder / "stall.json").read_text())
@@ -161,13 +170,13 @@ dist.destroy_process_group()
     assert p.stderr.count("mgft-doctor:") == 2  # the two start lines, nothing else of ours
 
 
-def _start_stuck(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
-    script = write(tmp_path, "sleepy.py", PRELUDE + """
+def _start_stuck(tmp_path: Path, body: str = "", options: tuple = ()) -> tuple[subprocess.Popen, Path]:
+    script = write(tmp_path, "sleepy.py", PRELUDE + body + """
 while True:
     time.sleep(0.5)
 """)
-    p = subprocess.Popen(DOCTOR + ["run", "--stall", "600", "--"] + torchrun(script), env=run_env(tmp_path),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(DOCTOR + ["run", "--stall", "600", *options, "--"] + torchrun(script),
+                         env=run_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = []
     end = time.monotonic() + 120
     while len(seen) < 2 and time.monotonic() < end:
@@ -195,3 +204,32 @@ def test_ranks_die_with_a_killed_doctor(tmp_path):
     p.kill()
     p.wait(timeout=10)
     assert wait_gone(folder, 8) == []
+
+
+WATCHDOG = """
+if rank == 0:
+    time.sleep(1)
+    print("[rank0]:[E1201 10:00:00.000 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 0] Watchdog "
+          "caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=2, NumelOut=2, "
+          "Timeout(ms)=600000) ran for 600012 milliseconds before timing out.", file=sys.stderr, flush=True)
+else:
+    dist.all_reduce(t)
+    t.sum().item()
+"""
+
+
+def test_a_watchdog_line_reports_at_once_and_keep_running_leaves_the_run(tmp_path):
+    p, folder = _start_stuck(tmp_path, WATCHDOG, ("--keep-running",))
+    end = time.monotonic() + 60
+    while not (folder / "stall.json").exists() and time.monotonic() < end:
+        time.sleep(0.2)
+    stall = json.loads((folder / "stall.json").read_text())
+    assert stall["reason"].startswith("torch's watchdog reported a time-out"), stall
+    assert stall["outliers"] == [0] and stall["collective"]["seq"] == 2
+    time.sleep(1)
+    assert p.poll() is None and len(leftovers(folder)) >= 3  # --keep-running: still there
+    p.terminate()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert "--keep-running: the run goes on" in err and "SIGTERM: forwarding it to the run" in err
+    assert wait_gone(folder, 3) == []
