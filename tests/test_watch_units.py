@@ -258,3 +258,13 @@ def test_py_spy_is_used_when_installed(tmp_path, monkeypatch):
     assert dump.answered and dump.py_spy_file
     state = analysis.rank_state(dump, proc, None)
     assert state.top.func == "_map_single" and state.users.func == "tokenize_all"
+
+
+def test_only_the_newest_run_folders_are_kept(tmp_path):
+    from mgft_doctor.watch.folder import prune_runs
+    for i in range(25):
+        (tmp_path / f"20260101-0000{i:02d}-1").mkdir()
+    (tmp_path / "notes").mkdir()
+    prune_runs(tmp_path, keep=20)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert len(left) == 21 and "notes" in left and "20260101-000000-1" not in left

@@ -25,6 +25,7 @@ DUMP_SIGNAL = signal.SIGRTMIN + 7
 NCCL_TRACE_PREFIX = "nccl_trace_rank_"
 NCCL_PIPE_PREFIX = "nccl_pipe_"
 SUBFOLDERS = ("stacks", "fr", "procs", "ctl")
+KEEP_RUNS = 20  # run folders kept under runs_home(); a --log file outside is never removed
 
 
 @dataclass
@@ -60,6 +61,7 @@ def make_run_folder(log_arg: str | None) -> RunFolder:
     try:
         root = runs_home() / stamp
         root.mkdir(parents=True, exist_ok=False)
+        prune_runs(runs_home(), keep=KEEP_RUNS)
     except OSError:
         root = Path(tempfile.mkdtemp(prefix=f"mgft-doctor-run-{stamp}-"))
     for name in SUBFOLDERS:
@@ -71,6 +73,14 @@ def make_run_folder(log_arg: str | None) -> RunFolder:
     except OSError as exc:
         raise InputError(f"cannot write the log file {log}: {exc.strerror or exc}")
     return RunFolder(root, log)
+
+
+def prune_runs(home: Path, keep: int) -> None:
+    """Remove all but the newest keep run folders (their names sort by time)."""
+    import shutil
+    folders = sorted(p for p in home.iterdir() if p.is_dir() and p.name[:8].isdigit())
+    for old in folders[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def sitecustomize_dir() -> str:
