@@ -230,3 +230,102 @@ def test_datasets_map_progress_is_data_loading():
            + tb([("/home/me/train.py", 30, "main"), ("/home/me/train.py", 12, "tokenize")], "KeyError: 'text'"))
     r = explain_text(log)
     assert r.phase.name == "data loading" and r.advice.kind == "data"
+
+
+# --- a report that fits: 40 lines at 80 columns, whole lines off a terminal ---
+
+import io
+
+from rich.console import Console
+
+from mgft_doctor.catalog import load_catalog
+from mgft_doctor.explain.render import render
+
+LONG_PATH = "/very/long/" + "nested/" * 30 + "site-packages/transformers/models/qwen2/modeling_qwen2.py"
+
+
+def rendered(report, terminal: bool, width: int = 80, verbose: bool = False) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=terminal, color_system=None, highlight=False)
+    assert console.is_terminal is terminal
+    render(report, console, verbose=verbose)
+    return buf.getvalue()
+
+
+def test_a_typical_report_fits_40_lines_at_80_columns():
+    entries = load_catalog()
+    counts = sorted(rendered(explain_text(e.examples_match[0], entries), terminal=True).count("\n")
+                    for e in entries if e.examples_match)
+    assert counts[len(counts) // 2] <= 40, counts
+    assert sum(c <= 40 for c in counts) >= 0.8 * len(counts), counts
+
+
+def test_the_top_diagnosis_in_full_the_others_one_line_each():
+    entries = load_catalog()
+    report = next(r for r in (explain_text(ex, entries) for e in entries for ex in e.examples_match)
+                  if len(r.diagnoses) >= 2)
+    text = rendered(report, terminal=True)
+    top, others = report.diagnoses[0], report.diagnoses[1:]
+    flat = " ".join(text.split())
+    assert all(" ".join(f.split()) in flat for f in top.fixes)  # every fix of the top one, whole
+    for d in others:
+        mentions = [ln for ln in text.splitlines() if d.code in ln]
+        assert len(mentions) == 1 and len(mentions[0]) <= 80  # one line, no explanation, no fixes
+        assert not any(" ".join(f.split())[:60] in flat for f in d.fixes if f not in top.fixes)
+    full = " ".join(rendered(report, terminal=True, verbose=True).split())
+    assert all(" ".join(f.split()) in full for d in report.diagnoses for f in d.fixes)  # -v: everything
+    piped = rendered(report, terminal=False, verbose=True)
+    assert all(ref in piped for d in report.diagnoses for ref in d.references)
+
+
+def test_off_a_terminal_no_line_is_wrapped():
+    log = tb([("/home/me/train.py", 3, "main"), (LONG_PATH, 812, "forward")],
+             f"RuntimeError: The size of tensor a (4096) must match the size of tensor b (4097) at non-singleton dimension 1 in {LONG_PATH}")
+    r = explain_text(log)
+    text = rendered(r, terminal=False)
+    lines = text.splitlines()
+    assert any(ln.strip() == r.root_error.text for ln in lines)  # the error line, whole
+    assert any(LONG_PATH + ":812 in forward" in ln for ln in lines)  # the frame line, whole
+    assert max(map(len, lines)) > 200
+
+
+def test_on_a_terminal_wrapped_lines_indent_under_their_text():
+    r = explain_text(CASES["saving"][0])
+    text = rendered(r, terminal=True, width=60)
+    lines = text.splitlines()
+    assert max(len(ln.rstrip()) for ln in lines) <= 60
+    steps = lines.index("  Next steps:")
+    item = [ln for ln in lines[steps + 1:] if ln.startswith("    1. ")]
+    assert item, text
+    first = lines.index(item[0])
+    follow = lines[first + 1]
+    assert follow.startswith(" " * 7) and follow[7] != " "  # under the text, after '    1. '
+
+
+def test_an_error_line_is_never_cut_without_an_ellipsis():
+    long_error = "ValueError: " + "the batch holds a sample longer than cutoff_len " * 20
+    r = explain_text("Traceback (most recent call last):\n" + f'  File "{LONG_PATH}", line 5, in f\n' + long_error + "\n")
+    for terminal in (True, False):
+        text = rendered(r, terminal=terminal)
+        flat = " ".join(text.split())
+        assert " ".join(long_error.split()) in flat or "…" in text
+        assert " ".join(long_error.split())[:250] in flat
+    entries = load_catalog()
+    report = next(r for r in (explain_text(ex, entries) for e in entries for ex in e.examples_match)
+                  if r.diagnoses and any(len(ev.text) > 90 and ev.no != r.root_error.no for ev in r.diagnoses[0].evidence[:2]))
+    text = rendered(report, terminal=True)
+    cut = [ln for ln in text.splitlines() if ln.lstrip().startswith(("Evidence:", "line ")) and len(ln) >= 79]
+    assert cut and all(ln.rstrip().endswith("…") for ln in cut)
+
+
+def test_the_cli_keeps_whole_lines_in_a_pipe(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(CASES["saving"][0].replace("saves/llama3/checkpoint-1200", LONG_PATH))
+    proc = subprocess.run([sys.executable, "-m", "mgft_doctor", "explain", str(log)], capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"})
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "✗ Training failed while saving, at step 1200 of 3000"
+    assert any(ln.strip() == "RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 4736 vs 4630" for ln in lines)
+    assert any(ln.startswith("    1. ") and len(ln) > 80 for ln in lines)  # a step, not wrapped at 80
+    assert len(lines) <= 40

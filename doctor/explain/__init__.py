@@ -85,7 +85,8 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
     if root_line is not None:
         frames = analysis.root.traceback.frames if analysis.root and analysis.root.traceback else []
         phase = read.phases.phase_at(root_line, frames)
-        advice = advise(analysis.root if root_kind != "anomaly" else None, root_line, root_kind, phase.name, consequences)
+        advice = advise(analysis.root if root_kind != "anomaly" else None, root_line, root_kind,
+                        phase.name if phase else None, consequences, llamafactory="llamafactory" in found)
     return ExplainReport(
         sources=[s.name for s in sources], failure=root_line is not None, diagnoses=diagnoses,
         root_error=root_line, root_kind=root_kind,

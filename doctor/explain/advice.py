@@ -26,6 +26,7 @@ LIBRARY_PATH = re.compile(
     r"/(?:llamafactory|transformers|deepspeed|torch|accelerate|peft|trl|datasets|tokenizers|bitsandbytes)/"
 )
 _PACKAGE = re.compile(r"(?:site-packages|dist-packages)/([A-Za-z_][\w]*)|/(llamafactory|transformers|deepspeed|torch|accelerate|peft|trl|datasets)/")
+_LLAMAFACTORY = re.compile(r"/llamafactory/|/llmtuner/|llamafactory-cli")
 _MISSING_MODULE = re.compile(r"No module named '([\w.]+)'|cannot import name '(\w+)' from '([\w.]+)'|module '([\w.]+)' has no attribute")
 
 
@@ -78,13 +79,17 @@ def failing_frame(frames: list[LogLine]) -> tuple[Frame | None, Frame | None]:
 
 
 def advise(root: FailureEvent | None, root_line: LogLine | None, kind: str | None, phase: str | None,
-           consequences: list[LogLine]) -> Advice:
+           consequences: list[LogLine], llamafactory: bool = False) -> Advice:
+    """llamafactory: the log shows a LLaMA-Factory run (its version or its frames), so steps may
+    name its YAML keys and dataset_info.json."""
     frames = root.traceback.frames if root is not None and root.traceback is not None else []
     frame, caller = failing_frame(frames)
     text = root_line.text.strip() if root_line is not None else ""
     key = yaml_key(text)
     error_kind = classify(text, kind, frame, phase)
-    return Advice(frame, caller, key, error_kind, next_steps(error_kind, text, frame, caller, key, consequences, phase))
+    lf = llamafactory or any(_LLAMAFACTORY.search(f.text) for f in frames) or key is not None
+    steps = next_steps(error_kind, text, frame, caller, key, consequences, phase, lf)
+    return Advice(frame, caller, key, error_kind, steps)
 
 
 # (kind, test on the root line's text); the first that holds names the kind. Root kinds from
@@ -141,9 +146,12 @@ CHECK = "Run `mgft-doctor check your_train.yaml` to probe the GPUs, NCCL, DeepSp
 
 
 def next_steps(kind: str, text: str, frame: Frame | None, caller: Frame | None, key: str | None,
-               consequences: list[LogLine], phase: str | None = None) -> list[str]:
+               consequences: list[LogLine], phase: str | None = None, llamafactory: bool = True) -> list[str]:
     """Steps in order, fitted to the kind of error; none of them about another kind."""
-    steps = list(_STEPS.get(kind, _STEPS["unknown"])(text, frame, key))
+    if kind == "data" and not llamafactory:
+        steps = list(_plain_data_steps(text, frame, key))
+    else:
+        steps = list(_STEPS.get(kind, _STEPS["unknown"])(text, frame, key))
     if phase == "saving" and kind not in ("gpu-memory", "distributed"):
         steps.insert(0, "It failed while saving: check the free space and quota under `output_dir` (`df -h`) and "
                         "that every rank may write there.")
@@ -166,6 +174,15 @@ def _data_steps(text, frame, key):
     yield ("Re-run with `preprocessing_num_workers: 1` and `overwrite_cache: true`: the failing sample's error is then "
            "not hidden behind a worker pool or a stale cache. Data is read the same way on one GPU.")
     yield "Check that `template` fits the model: each template accepts only some roles and needs its special tokens."
+
+
+def _plain_data_steps(text, frame, key):
+    if frame is not None and not frame.library:
+        yield f"The error is raised in your code at {frame.where()}: check what it does with this sample."
+    yield ("Find the sample it failed on and compare its fields with what the preprocessing expects "
+           "(column names, empty or over-long texts).")
+    yield ("Re-run the preprocessing in one process (`num_proc=1`, no DataLoader workers): the error then "
+           "shows the sample. Data is read the same way on one GPU.")
 
 
 def _config_steps(text, frame, key):

@@ -28,6 +28,8 @@ PHASES = (START_UP, DATA, MODEL, FIRST_STEP, TRAINING, SAVING, EXIT)
 # progress, transformers' modeling_utils and Trainer. (literal trigger, pattern, phase)
 MARKERS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
     (literal, re.compile(pattern), phase) for literal, pattern, phase in (
+        ("Setting OMP_NUM_THREADS", r"Setting OMP_NUM_THREADS environment variable", START_UP),  # torchrun's banner
+        ("Process rank: ", r"Process rank: \d+, (?:world size|device)", START_UP),  # LLaMA-Factory's parser
         ("Loading dataset ", r"Loading dataset \S", DATA),
         ("Converting format of dataset", r"Converting format of dataset", DATA),
         ("Running tokenizer on", r"Running tokenizer on (?:dataset|every text)", DATA),
@@ -36,12 +38,14 @@ MARKERS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
         ("loading weights file", r"loading weights file", MODEL),
         ("Loading weights", r"Loading weights\b", MODEL),
         ("Loading checkpoint shards", r"Loading checkpoint shards", MODEL),
+        ("DeepSpeed info: version=", r"DeepSpeed info: version=", FIRST_STEP),  # deepspeed.initialize, in trainer.train
         ("***** Running training *****", r"\*{5} Running training \*{5}", FIRST_STEP),
         ("Total optimization steps", r"Total optimization steps = [\d,]+", FIRST_STEP),
         ("Training completed", r"Training completed\.", EXIT),
         ("***** train metrics *****", r"\*{5} train metrics \*{5}", EXIT),
     ))
 TRIGGERS = tuple(literal for literal, _, _ in MARKERS)
+_IMPORT_ERROR = re.compile(r"(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b")
 _ANY_MARKER = re.compile("|".join(f"(?:{p.pattern})" for _, p, _ in MARKERS))
 _TOTAL_STEPS = re.compile(r"Total optimization steps = ([\d,]+)")
 
@@ -172,14 +176,17 @@ class PhaseTracker:
         if track is not None and len(track.pinned) < PIN_BLOCKS and track.block in track.kept:
             track.pinned.add(track.block)
 
-    def phase_at(self, root: LogLine, frames: list[LogLine] | None = None) -> Phase:
+    def phase_at(self, root: LogLine, frames: list[LogLine] | None = None) -> Phase | None:
         """The phase the run was in when the root line was printed; frames (the root traceback's
         'File ..., in func' lines) override the log's markers where they are decisive."""
         track = self.tracks.get(root.source, _Track())
         _close_block(track)  # a last block the scanner read after the tracker had filed it
         marks = _marks_before(track, root.no)
         phase = _with_frames(_from_marks(marks), frames or [])
-        phase.rank = root.rank
+        if phase is None and _IMPORT_ERROR.match(root.text.strip()):
+            phase = Phase(START_UP, line=root.no, text=root.text.strip())  # an import fails before anything runs
+        if phase is not None:
+            phase.rank = root.rank
         return phase
 
 
@@ -340,9 +347,10 @@ def _offset_of_line(block: bytes, index: int) -> int:
     return m.end() if m else len(block)
 
 
-def _from_marks(marks: list[Mark]) -> Phase:
+def _from_marks(marks: list[Mark]) -> Phase | None:
+    """The phase of the last mark: None when the log shows none (an excerpt says nothing of it)."""
     if not marks:
-        return Phase(START_UP)
+        return None
     last = marks[-1]
     if last.phase == TRAINING:
         ended = next((m for m in reversed(marks[-4:-1]) if m.phase in (EXIT, SAVING)), None)
@@ -357,13 +365,15 @@ def _from_marks(marks: list[Mark]) -> Phase:
     return Phase(last.phase, step, total, last.line, last.text)
 
 
-def _with_frames(timeline: Phase, frames: list[LogLine]) -> Phase:
+def _with_frames(timeline: Phase | None, frames: list[LogLine]) -> Phase | None:
     """The phase the root traceback's frames name, where they name one; the log's progress
     still says which step (a save or a training step happens at one)."""
     for phase, pattern in FRAME_PHASES:
         frame = next((f for f in reversed(frames) if pattern.search(f.text.strip())), None)
         if frame is None:
             continue
+        if timeline is None:
+            return Phase(phase, line=frame.no, text=frame.text.strip())
         if phase == timeline.name or (phase == FIRST_STEP and timeline.name in (TRAINING, SAVING, EXIT)):
             return timeline
         in_loop = timeline.name in (FIRST_STEP, TRAINING, SAVING, EXIT)

@@ -1,33 +1,50 @@
-"""How `explain` speaks to a person: the root error with its line, then each diagnosis with
-what happened, the fixes in order and the evidence lines."""
+"""How `explain` speaks to a person: when and where the run failed, the root error, then the
+most likely diagnosis in full (what happened, the fixes in order, the evidence) and the others
+one line each; with nothing known, the frame that raised the error and next steps.
+
+A typical report fits 40 lines of 80 columns; -v shows everything. When stdout is not a
+terminal (a file, a pipe, a CI log) no line is wrapped: each stays whole, to be grepped. On a
+terminal, long lines wrap with their continuation indented under their text. A line that is
+shortened says so with an ellipsis."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from . import ExplainReport
+from .report import Diagnosis
 
 GENERIC_STEPS = [
-    "Read the root-cause error above: it is the first failing rank's own error; the SIGTERMs and "
-    "ChildFailedError that follow it are only the launcher stopping the other ranks.",
     "Re-run on one GPU without DeepSpeed (or with ZeRO-0): if it passes, the failure is in the "
     "distributed setup; if it fails the same way, it is in the model, data or script.",
-    "Re-run with NCCL_DEBUG=WARN and TORCH_DISTRIBUTED_DEBUG=DETAIL to get each rank's own error.",
     "Run `mgft-doctor check your_train.yaml` to probe GPUs, NCCL, DeepSpeed and the config.",
 ]
-
+ELLIPSIS = "…"
+ROOT_CHARS = 320  # of the root error's text on a terminal (-v, or off a terminal: all that was read)
+EVIDENCE_CHARS = 200
+FULL_CHARS = 4000  # as much as explain reads of a line
+EVIDENCE_LINES = 2  # per diagnosis (-v: 8)
 
 # How the report names each phase (doctor/explain/phase.py): "failed <words>".
 PHASE_WORDS = {
     "start-up": "at start-up (arguments, imports, launch)",
     "data loading": "while loading the data",
     "model loading": "while loading the model",
-    "first step": "in the first training step (none was logged)",
+    "first step": "at the start of training, before any step was logged",
     "mid-training": "mid-training",
     "saving": "while saving",
     "exit": "at exit, after training completed",
 }
+
+
+def clip(text: str, limit: int) -> str:
+    """text, or its first limit characters and an ellipsis."""
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + ELLIPSIS
 
 
 def when_it_failed(report: ExplainReport) -> str:
@@ -55,58 +72,114 @@ def frame_words(frame) -> str:
     return f"{owner}, {frame.where()}"
 
 
+class Out:
+    """Prints the report's lines: whole when not on a terminal; on one, wrapped to its width
+    with continuation lines under the text (after the indent and the bullet)."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.tty = console.is_terminal
+
+    def item(self, indent: int, bullet: str, body: str) -> None:
+        """One paragraph: indent spaces, a bullet (markup) and the body (markup)."""
+        if not self.tty:
+            self.console.print(" " * indent + bullet + body, soft_wrap=True, highlight=False)
+            return
+        lead = indent + cell_len(Text.from_markup(bullet).plain)
+        if lead == 0:
+            self.console.print(body, highlight=False)
+            return
+        grid = Table.grid(padding=0)
+        grid.add_column(width=lead, no_wrap=True)
+        grid.add_column(overflow="fold")
+        grid.add_row(Text(" " * indent) + Text.from_markup(bullet), Text.from_markup(body))
+        self.console.print(grid)
+
+    def one_line(self, indent: int, body: str) -> None:
+        """A line that is never wrapped: on a terminal, shortened to its width with an ellipsis."""
+        if not self.tty:
+            self.console.print(" " * indent + body, soft_wrap=True, highlight=False)
+            return
+        text = Text(" " * indent) + Text.from_markup(body)
+        text.truncate(self.console.width, overflow="ellipsis")
+        self.console.print(text, no_wrap=True, overflow="ellipsis", highlight=False)
+
+    def blank(self) -> None:
+        self.console.print()
+
+
 def render(report: ExplainReport, console: Console, verbose: bool = False) -> None:
+    out = Out(console)
     names = ", ".join(report.sources)
     if not report.failure:
-        console.print(f"[green]✓[/] No failure found in {escape(names)} ({report.lines_read:,} lines read).")
+        out.item(0, "[green]✓[/] ", f"No failure found in {escape(names)} ({report.lines_read:,} lines read).")
         return
-    where = []
-    if report.failed_rank is not None:
-        where.append(f"first failing rank {report.failed_rank}")
-    codes = sorted({c for c in report.exit_codes if c != 0})
-    if codes:
-        where.append("exit code " + ", ".join(str(c) for c in codes))
-    console.print(f"[bold red]✗ Training failed[/] in {escape(names)}" + (f" ({'; '.join(where)})" if where else ""))
-    if report.root_error is not None:
-        r = report.root_error
-        console.print(f"  Root error, line {r.no}" + (f" (rank {r.rank})" if r.rank is not None else "") + ":")
-        console.print(f"    [red]{escape(r.text.strip()[:400])}[/]")
-        console.print(f"  The run {escape(when_it_failed(report))}.")
-        if report.consequences:
-            echo = report.consequences[0]
-            who = f"rank {echo.rank}" if echo.rank is not None else "another rank"
-            named = (f"; torchrun's summary names rank {report.launcher_rank}, the first to exit"
-                     if report.launcher_rank is not None and report.launcher_rank != report.failed_rank else "")
-            console.print(f"  Then {who} failed waiting for it (line {echo.no}: a consequence){named}.")
-    if report.versions and verbose:
-        console.print("  Versions: " + ", ".join(f"{k} {v} ({report.version_origin.get(k, 'log')})" for k, v in sorted(report.versions.items())))
-    console.print()
+    out.item(0, "[bold red]✗[/] ", f"[bold red]Training {escape(when_it_failed(report))}[/]")
+    _root(out, report, verbose)
+    out.blank()
     if not report.diagnoses:
-        console.print("[yellow]No known failure class matched this log.[/]")
-        advice = report.advice
-        if advice is not None and advice.frame is not None:
-            console.print(f"  Raised in: {escape(frame_words(advice.frame))}")
-            if advice.caller is not None:
-                console.print(f"  Called from your code at {escape(advice.caller.where())}")
-        if advice is not None and advice.yaml_key:
-            console.print(f"  The message names the YAML key `{escape(advice.yaml_key)}`.")
-        console.print("  Next steps:")
-        for i, step in enumerate(advice.next_steps if advice else GENERIC_STEPS, 1):
-            console.print(f"    {i}. {escape(step)}")
+        _unmatched(out, report)
         return
-    shown = report.diagnoses if verbose else report.diagnoses[:2]
-    for n, d in enumerate(shown):
-        label = "Most likely" if n == 0 else "Also possible"
-        console.print(f"[bold]{label}: [cyan]{d.code}[/] {escape(d.title)}[/]  [dim](confidence {d.confidence:.2f})[/]")
-        console.print(f"  [bold]What happened:[/] {escape(d.explanation)}")
-        console.print("  [bold]Fix:[/]")
-        for i, fix in enumerate(d.fixes, 1):
-            console.print(f"    {i}. {escape(fix)}")
-        console.print("  [bold]Evidence:[/]")
-        for ev in d.evidence[: 8 if verbose else 3]:
-            console.print(f"    line {ev.no}: [dim]{escape(ev.text.strip()[:200])}[/]")
-        console.print(f"  More: [cyan]mgft-doctor codes {d.code}[/]")
-        console.print()
-    rest = len(report.diagnoses) - len(shown)
-    if rest > 0:
-        console.print(f"[dim]{rest} less likely diagnoses hidden; -v shows them.[/]")
+    top = report.diagnoses[0]
+    _diagnosis(out, top, "Most likely", report, verbose)
+    others = report.diagnoses[1:]
+    if verbose:
+        for d in others:
+            out.blank()
+            _diagnosis(out, d, "Also possible", report, verbose)
+        return
+    if others:
+        out.item(0, "", "[bold]Also possible:[/]")
+        for d in others:
+            out.one_line(2, f"[cyan]{d.code}[/] {escape(d.title)}  [dim]({d.confidence:.2f})[/]")
+    out.item(0, "", "[dim]-v: every diagnosis in full, all evidence, references.[/]")
+
+
+def _root(out: Out, report: ExplainReport, verbose: bool) -> None:
+    r = report.root_error
+    where = ", ".join(report.sources)
+    out.item(2, "", f"Root error, line {r.no}" + (f" (rank {r.rank})" if r.rank is not None else "")
+             + f" of {escape(where)} ({report.lines_read:,} lines):")
+    out.item(4, "", f"[red]{escape(clip(r.text, ROOT_CHARS if out.tty and not verbose else FULL_CHARS))}[/]")
+    advice = report.advice
+    if advice is not None and advice.frame is not None and (verbose or not report.diagnoses):
+        out.item(2, "Raised in: ", escape(frame_words(advice.frame)))
+        if advice.caller is not None:
+            out.item(2, "Called from your code at ", escape(advice.caller.where()))
+    if report.consequences:
+        echo = report.consequences[0]
+        who = f"rank {echo.rank}" if echo.rank is not None else "another rank"
+        named = (f"; torchrun's summary names rank {report.launcher_rank}, the first to exit"
+                 if report.launcher_rank is not None and report.launcher_rank != report.failed_rank else "")
+        out.item(2, "", f"Then {who} failed waiting for it (line {echo.no}: a consequence){named}.")
+    if verbose and report.phase is not None and report.phase.line is not None:
+        out.item(2, "Phase seen at ", f"line {report.phase.line}: [dim]{escape(clip(report.phase.text, EVIDENCE_CHARS))}[/]")
+    if verbose and report.versions:
+        out.item(2, "Versions: ", ", ".join(f"{k} {v} ({report.version_origin.get(k, 'log')})"
+                                            for k, v in sorted(report.versions.items())))
+
+
+def _diagnosis(out: Out, d: Diagnosis, label: str, report: ExplainReport, verbose: bool) -> None:
+    out.item(0, "", f"[bold]{label}: [cyan]{d.code}[/] {escape(d.title)}[/]  [dim](confidence {d.confidence:.2f})[/]")
+    out.item(2, "", escape(d.explanation.strip()))
+    out.item(2, "", "[bold]Fix:[/]")
+    for i, fix in enumerate(d.fixes, 1):
+        out.item(4, f"{i}. ", escape(fix))
+    root = report.root_error
+    shown = [ev for ev in d.evidence if verbose or root is None or (ev.source, ev.no) != (root.source, root.no)]
+    for i, ev in enumerate(shown[: 8 if verbose else EVIDENCE_LINES]):
+        body = f"line {ev.no}: [dim]{escape(clip(ev.text, EVIDENCE_CHARS if out.tty and not verbose else FULL_CHARS))}[/]"
+        out.one_line(2, ("[bold]Evidence:[/] " if i == 0 else "          ") + body)
+    if verbose:
+        for ref in d.references:
+            out.item(2, "See ", f"[dim]{escape(ref)}[/]")
+
+
+def _unmatched(out: Out, report: ExplainReport) -> None:
+    out.item(0, "", "[yellow]No known failure class matched this log.[/]")
+    advice = report.advice
+    if advice is not None and advice.yaml_key:
+        out.item(2, "", f"The message names the YAML key `{escape(advice.yaml_key)}`.")
+    out.item(2, "", "Next steps:")
+    for i, step in enumerate(advice.next_steps if advice and advice.next_steps else GENERIC_STEPS, 1):
+        out.item(4, f"{i}. ", escape(step))
