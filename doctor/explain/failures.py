@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .lines import LogLine
+from ..catalog.patterns import guard
+from .lines import CappedList, InertLines, LogLine
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
            9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
@@ -31,7 +32,7 @@ _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _LAUNCHER_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 _DS_LAUNCHER_EXIT = re.compile(r"exits with return code = (-?\d+)")
-_NONZERO_EXIT = re.compile(r"(?:returned non-zero exit status|exit status|exited with code) (-?[1-9]\d*)")
+_NONZERO_EXIT = guard(r"(?:returned non-zero exit status|exit status|exited with code) (-?[1-9]\d*)")
 
 # Lines that are a failure on their own, whatever comes after them; (kind, pattern).
 PRIMARY_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -44,6 +45,7 @@ PRIMARY_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("oom-killer", re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_reaper: reaped process|"
                               r"Detected \d+ oom.kill event|cgroup out-of-memory handler|task \d+: Out Of Memory")),
 )
+PRIMARY_LINES = tuple((kind, guard(p)) for kind, p in PRIMARY_LINES)  # most lines need no regex at all
 # What a rank prints when a collective it waits in times out, or when the peer it talks to is
 # gone: the consequence of another rank's failure, never the root when an own error came first.
 # Wording from torch's c10d (ProcessGroupNCCL.cpp, ProcessGroupGloo/gloo tcp pair.cc and
@@ -76,15 +78,16 @@ def is_consequence(text: str) -> bool:
 NCCL_WARN = re.compile(r"NCCL WARN")
 BENIGN_NCCL_WARN = re.compile(r"Failed to open libibverbs|NET/Plugin|Could not find|libnccl-net")
 WARN_BEFORE_ERROR_LINES = 200
+MAX_EVENTS, MAX_EVENTS_EACH, MAX_TRACEBACKS, MAX_OPEN_TRACEBACKS = 100_000, 256, 10_000, 1024
 UNRAISABLE = re.compile(r"^Exception ignored in")  # Python's unraisable hook: an error in __del__, not a failure
 UNRAISABLE_WINDOW = 30
 # Lines that say something failed but only echo a failure reported elsewhere.
-SECONDARY_LINES = re.compile(
+SECONDARY_LINES = guard(re.compile(
     r"closing signal SIGTERM|closing signal SIGINT|Killing subprocess|sigkill_handler|"
     r"Some NCCL operations have failed or timed out|To avoid data inconsistency|"
     r"NCCL watchdog thread terminated|Received \d+ death signal|Received Signals\.|ChildFailedError|"
     r"Heartbeat monitor timed out"
-)
+))  # guard: a substring test first, most lines need no regex
 
 
 @dataclass
@@ -130,8 +133,9 @@ class FailureReader:
     """Fed the salient lines in order; builds tracebacks per rank and the failure events."""
 
     def __init__(self) -> None:
-        self.events: list[FailureEvent] = []
-        self.tracebacks: list[Traceback] = []
+        # bounded, so that memory stays flat on a log of a million errors (the first ones are kept)
+        self.events: list[FailureEvent] = CappedList(MAX_EVENTS, MAX_EVENTS_EACH, _event_key)
+        self.tracebacks: list[Traceback] = CappedList(MAX_TRACEBACKS)
         self._open: dict[tuple[int, int | None], Traceback] = {}
         self._in_summary = False
         self._summary_rank: int | None = None
@@ -140,6 +144,7 @@ class FailureReader:
         self.exit_codes: list[int] = []
         self.nccl_warnings: list[LogLine] = []
         self._unraisable_until: dict[tuple[int, int | None], int] = {}
+        self._inert = InertLines()  # lines that changed nothing: a warning printed every step is read once
 
     def feed(self, line: LogLine) -> None:
         text = line.text
@@ -150,8 +155,12 @@ class FailureReader:
             return
         if stripped.startswith("Traceback (most recent call last)"):
             self._open[key] = Traceback(line.rank, line.no, source=line.source)
+            if len(self._open) > MAX_OPEN_TRACEBACKS:
+                del self._open[next(iter(self._open))]  # the oldest: a rank that never finished it
             return
         tb = self._open.get(key)
+        if tb is None and not self._in_summary and text in self._inert:
+            return
         if tb is not None:
             fm = _FRAME.match(text)
             if fm:
@@ -208,6 +217,7 @@ class FailureReader:
             self.events.append(FailureEvent("exit", line, primary=False, exit_code=code))
             return
         if SECONDARY_LINES.search(text):
+            self._inert.add(text)
             return
         for kind, pattern in PRIMARY_LINES:
             if pattern.search(stripped):
@@ -224,6 +234,8 @@ class FailureReader:
         m = _NONZERO_EXIT.search(text)
         if m:
             self.events.append(FailureEvent("exit", line, primary=False, exit_code=int(m.group(1))))
+        else:
+            self._inert.add(text)
 
     def _exception_event(self, line: LogLine, tb: Traceback | None) -> None:
         stripped = line.text.strip()
@@ -317,6 +329,10 @@ def _consequence_ids(pool: list[FailureEvent]) -> set[int]:
             echoes.add(id(e))
             echoed.add((e.line.source, e.line.rank))
     return echoes
+
+
+def _event_key(event: FailureEvent) -> tuple:
+    return (event.line.source, event.line.rank, event.kind, event.primary)
 
 
 def _root_lines(root: FailureEvent | None) -> set[tuple[int, int]]:

@@ -1,7 +1,10 @@
 """Match salient log lines against the catalog and rank the entries by their evidence.
 
-Each line is first reduced to the patterns whose literals it contains (cached per line shape,
-digits collapsed, so a million progress lines cost one lookup each); only those run as regexes.
+Each line is first reduced to the patterns whose literals it contains (one Aho-Corasick pass
+over the line, whatever the size of the catalog); only those run as regexes. What repeats is
+evaluated once: a line seen before costs one lookup, and the verdict of a pattern that cannot
+tell digits apart is kept per line shape (digits collapsed), so a million progress lines or
+warnings cost one lookup each. A pattern that times out three times is not run again.
 Scoring: a signature at the root error counts most, a signature elsewhere less, each required
 context group and supporting context line adds, an exclusion removes the entry."""
 
@@ -11,11 +14,14 @@ from dataclasses import dataclass, field
 
 from ..catalog import Entry
 from .lines import LogLine
-from ..catalog.patterns import Pattern, collapse
+from ..catalog.patterns import TIMED_OUT, Pattern, collapse
 
 KEEP_FIRST = 4
 KEEP_LAST = 4
-CACHE_LIMIT = 100_000
+CACHE_LIMIT = 50_000  # entries of each cache; a cache that fills up starts again
+CACHE_MAX_CHARS = 600  # longer lines are rarely repeated: not worth the memory
+MAX_TIMEOUTS = 3  # time-outs after which a pattern is left out for the rest of the log
+_DIGIT_BYTES = bytes.maketrans(b"0123456789", b"0000000000")
 ROOT_SIGNATURE = 2.0
 OTHER_SIGNATURE = 1.0
 EXTRA_SIGNATURE = 0.2
@@ -63,6 +69,53 @@ class Candidate:
     rank: int | None
 
 
+class _Prefilter:
+    """Which patterns may match a collapsed line: one Aho-Corasick pass finds every literal the
+    catalog's patterns need (ahocorasick_rs); without it, each pattern's own check."""
+
+    def __init__(self, patterns: list[Pattern]):
+        self.patterns = patterns
+        self.always = [i for i, p in enumerate(patterns) if p.literals is None and p.need <= 1]
+        literals: dict[str, int] = {}
+        self.any_of: list[list[int]] = []  # literal id -> patterns that need one of their literals
+        self.words_of: list[list[int]] = []  # literal id -> fuzzy patterns that count it as a word
+        for i, p in enumerate(patterns):
+            for lit in p.literals or ():
+                self._slot(literals, lit)[0].append(i)
+            for word in p.words if p.need > 1 else ():
+                self._slot(literals, word)[1].append(i)
+        try:
+            import ahocorasick_rs
+        except ImportError:
+            self._ac = None
+        else:
+            self._ac = ahocorasick_rs.AhoCorasick(list(literals), matchkind=ahocorasick_rs.MatchKind.Standard,
+                                                 implementation=ahocorasick_rs.Implementation.DFA)
+
+    def _slot(self, literals: dict[str, int], text: str) -> tuple[list[int], list[int]]:
+        if text not in literals:
+            literals[text] = len(self.any_of)
+            self.any_of.append([])
+            self.words_of.append([])
+        n = literals[text]
+        return self.any_of[n], self.words_of[n]
+
+    def candidates(self, collapsed: str) -> list[int]:
+        if self._ac is None:
+            return [i for i, p in enumerate(self.patterns) if p.may_match(collapsed)]
+        found = {n for n, _, _ in self._ac.find_matches_as_indexes(collapsed, overlapping=True)}
+        any_hit: set[int] = set()
+        words: dict[int, int] = {}
+        for n in found:
+            any_hit.update(self.any_of[n])
+            for i in self.words_of[n]:
+                words[i] = words.get(i, 0) + 1
+        patterns = self.patterns
+        pool = any_hit.union(self.always, (i for i in words if patterns[i].literals is None))
+        return sorted(i for i in pool if (patterns[i].literals is None or i in any_hit)
+                      and (patterns[i].need <= 1 or words.get(i, 0) >= patterns[i].need))
+
+
 class Matcher:
     def __init__(self, entries: list[Entry]):
         self.entries = entries
@@ -78,26 +131,56 @@ class Matcher:
             for p in entry.excludes:
                 self.slots.append(_Slot(ei, "exclude", 0, p))
         self.hits: dict[int, Hits] = {}
-        self._cache: dict[str, tuple[int, ...]] = {}
+        self._prefilter = _Prefilter([s.pattern for s in self.slots])
+        self._seen: dict[str, tuple[int, ...]] = {}  # exact line -> the slots that match it
+        self._shapes: dict[bytes, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # shape -> (blind hits, others to try)
+        self._timeouts: dict[int, int] = {}
 
-    def _candidates(self, text: str) -> tuple[int, ...]:
-        key = collapse(text)
-        found = self._cache.get(key)
+    def _search(self, i: int, text: str) -> bool:
+        if self._timeouts.get(i, 0) >= MAX_TIMEOUTS:
+            return False
+        found = self.slots[i].pattern.try_search(text)
+        if found is TIMED_OUT:
+            self._timeouts[i] = self._timeouts.get(i, 0) + 1
+            return False
+        return found is not None
+
+    def _shape(self, text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        key = text.encode("utf-8", "surrogatepass").translate(_DIGIT_BYTES)
+        found = self._shapes.get(key)
         if found is None:
-            found = tuple(i for i, s in enumerate(self.slots) if s.pattern.may_match(key))
-            if len(self._cache) >= CACHE_LIMIT:
-                self._cache.clear()
-            self._cache[key] = found
+            candidates = self._prefilter.candidates(collapse(text))
+            blind = tuple(i for i in candidates if self.slots[i].pattern.blind and self._search(i, text))
+            others = tuple(i for i in candidates if not self.slots[i].pattern.blind)
+            found = (blind, others)
+            if len(text) <= CACHE_MAX_CHARS:
+                if len(self._shapes) >= CACHE_LIMIT:
+                    self._shapes.clear()
+                self._shapes[key] = found
+        return found
+
+    def matching_slots(self, text: str) -> tuple[int, ...]:
+        """Indices of the slots whose pattern matches text, ascending."""
+        found = self._seen.get(text)
+        if found is None:
+            blind, others = self._shape(text)
+            if others:
+                lowered = text.lower()
+                slots = self.slots
+                others = tuple(i for i in others if slots[i].pattern.may_match_lowered(lowered) and self._search(i, text))
+            found = tuple(sorted(blind + others)) if others else blind
+            if len(text) <= CACHE_MAX_CHARS:
+                if len(self._seen) >= CACHE_LIMIT:
+                    self._seen.clear()
+                self._seen[text] = found
         return found
 
     def feed(self, line: LogLine) -> None:
-        text = line.text
-        for i in self._candidates(text):
-            if self.slots[i].pattern.search(text):
-                hits = self.hits.get(i)
-                if hits is None:
-                    hits = self.hits[i] = Hits()
-                hits.add(line)
+        for i in self.matching_slots(line.text):
+            hits = self.hits.get(i)
+            if hits is None:
+                hits = self.hits[i] = Hits()
+            hits.add(line)
 
     def rank(self, root_lines: set[tuple[int, int]], followers: set[tuple[int, int]] = frozenset(),
              root_rank: int | None = None, echo=None) -> list[Candidate]:

@@ -8,9 +8,10 @@ so a line that a catalog pattern needs is never skipped: the catalog examples te
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from typing import Iterable, Iterator
 
-from .lines import LogLine, normalise
+from .lines import LogLine, line_pieces
 from .source import LogSource, iter_blocks
 
 # Words that make a line salient, in the casings that logs really use. Case-sensitive on
@@ -28,13 +29,17 @@ BASE_TRIGGERS = (
     "deprecated", "refused", "Refused", "denied", "Denied", "panic", "Fatal", "fatal",
 )
 CONTINUATION_LINES = 6  # lines after an exception line kept as its message
+# the rank tag an exception line starts with: its message continues only on lines with the same
+# tag (under torchrun every line of a rank carries it; an untagged line is another stream)
+_RANK_TAG = re.compile(rb"^\[(?:rank|default|Rank|RANK)\s?\d+\]:?")
 _EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)\b:?")
 _FRAME_LINE = re.compile(rb'^(?:\[\w+\]:)*\s+File "')
 
 
 class Triggers:
-    """Finds trigger words in a byte block. Aho-Corasick (ahocorasick_rs, ~700 MB/s) when it is
-    installed; otherwise one `re` alternation (~20 MB/s: correct, only slower)."""
+    """Finds trigger words in a byte block. Aho-Corasick (ahocorasick_rs, its DFA: ~400 MB/s on
+    a trigger-dense log) when it is installed; otherwise one `re` alternation (~20 MB/s: correct,
+    only slower)."""
 
     def __init__(self, words: Iterable[str]):
         self.words = sorted({w for w in words if w}, key=len, reverse=True)
@@ -45,7 +50,7 @@ class Triggers:
             self._ac = None
             self._re = re.compile(b"|".join(re.escape(w) for w in encoded))
         else:
-            self._ac = ahocorasick_rs.BytesAhoCorasick(encoded)
+            self._ac = ahocorasick_rs.BytesAhoCorasick(encoded, implementation=ahocorasick_rs.Implementation.DFA)
             self._re = None
 
     def starts(self, block: bytes) -> list[int]:
@@ -59,57 +64,119 @@ def compile_triggers(extra: Iterable[str] = ()) -> Triggers:
     return Triggers([*BASE_TRIGGERS, *extra])
 
 
-def _segment_bounds(block: bytes, pos: int) -> tuple[int, int]:
-    """Start and end of the '\\n'- or '\\r'-delimited segment around pos."""
-    nl_start = block.rfind(b"\n", 0, pos) + 1
-    cr = block.rfind(b"\r", nl_start, pos)
-    start = cr + 1 if cr >= 0 else nl_start
-    nl_end = block.find(b"\n", pos)
-    if nl_end < 0:
-        nl_end = len(block)
-    cr = block.find(b"\r", pos, nl_end)
-    end = cr if cr >= 0 else nl_end
-    return start, end
+_DIGIT_BYTES = bytes.maketrans(b"0123456789", b"0000000000")
+MEMO_ENTRIES = 20_000  # distinct short segments remembered with their logical lines
+MEMO_MAX_BYTES = 1024  # longer segments are rarely repeated: not worth the memory
+
+
+class _Scanner:
+    """Turns byte blocks into salient LogLines. What repeats is prepared once: a segment's
+    logical lines and its follow-up count are remembered by its bytes, and a physical line of
+    '\r' redraws is read as one redraw per shape (digits aside) plus the last one."""
+
+    def __init__(self, triggers: Triggers, source_index: int):
+        self.triggers = triggers
+        self.source = source_index
+        self.memo: dict[bytes, tuple[tuple[tuple[int | None, str], ...], int, bytes]] = {}
+        self.tag = b""  # the rank tag that the lines followed after the last salient line must carry
+
+    def _prepare(self, segment: bytes) -> tuple[tuple[tuple[int | None, str], ...], int, bytes]:
+        found = self.memo.get(segment)
+        if found is None:
+            pieces = tuple(line_pieces(segment.decode("utf-8", "replace")))
+            # the message of an exception often continues on lines with no trigger word;
+            # the source line under a traceback frame says what was being done
+            follow = CONTINUATION_LINES if _EXC_LINE.match(segment) else 1 if _FRAME_LINE.match(segment) else 0
+            tag = _RANK_TAG.match(segment) if follow else None
+            found = (pieces, follow, tag.group(0) if tag else b"")
+            if len(segment) <= MEMO_MAX_BYTES:
+                if len(self.memo) >= MEMO_ENTRIES:
+                    self.memo.clear()
+                self.memo[segment] = found
+        return found
+
+    def _emit(self, segment: bytes, no: int, out: list[LogLine]) -> int:
+        pieces, follow, self.tag = self._prepare(segment)
+        for rank, text in pieces:
+            out.append(LogLine(no, text, rank, self.source))
+        return follow
+
+    def _redraws(self, line: bytes, need_trigger: bool) -> list[bytes]:
+        """The '\r'-separated pieces of line worth reading: the first of each shape and the last."""
+        pieces = line.split(b"\r")
+        shapes = line.translate(_DIGIT_BYTES).split(b"\r")
+        last = len(pieces) - 1
+        # shape -> index of its first piece, built in C: reversed, so that the first one wins
+        first = dict(zip(reversed(shapes), range(last, -1, -1)))
+        kept = []
+        for i in sorted({*first.values(), last}):
+            piece = pieces[i]
+            if piece.strip() and (not need_trigger or self.triggers.starts(piece)):
+                kept.append(piece)
+        return kept
+
+    def _take(self, line: bytes, no: int, out: list[LogLine], need_trigger: bool) -> int:
+        """Emit one physical line; return how many lines after it to read as its continuation."""
+        if line.endswith(b"\r"):
+            line = line[:-1]  # a CRLF line ending, or a redraw that a newline ended
+        if b"\r" in line:
+            follow = 0
+            for piece in self._redraws(line, need_trigger):
+                follow = self._emit(piece, no, out)
+            return follow
+        return self._emit(line, no, out)
+
+    def block_lines(self, block: bytes, line_at: int) -> list[LogLine]:
+        """The salient lines of one block whose first line is number line_at."""
+        out: list[LogLine] = []
+        append, known, source = out.append, self.memo.get, self.source
+        counted_to = pos = 0
+        end = len(block)
+        hits = self.triggers.starts(block)
+        i, n = 0, len(hits)
+        while i < n:
+            hit = hits[i]
+            i += 1
+            if hit < pos:  # another trigger word on a line already taken: skip them all at once
+                i = bisect_left(hits, pos, i)
+                continue
+            start = block.rfind(b"\n", pos - 1 if pos else 0, hit) + 1
+            stop = block.find(b"\n", hit)
+            stop = end if stop < 0 else stop
+            line_at += block.count(b"\n", counted_to, start)
+            counted_to = start
+            line = block[start:stop]
+            found = known(line)
+            if found is None:
+                follow = self._take(line, line_at, out, need_trigger=True)
+            else:  # a line seen before: the common case, kept short
+                pieces, follow, self.tag = found
+                for rank, text in pieces:
+                    append(LogLine(line_at, text, rank, source))
+            pos = stop + 1
+            tag = self.tag
+            while follow and pos < end and block.startswith(tag, pos):
+                stop = block.find(b"\n", pos)
+                stop = end if stop < 0 else stop
+                line_at += block.count(b"\n", counted_to, pos)
+                counted_to = pos
+                line = block[pos:stop]
+                if line.strip():
+                    self._take(line, line_at, out, need_trigger=False)
+                pos = stop + 1
+                follow -= 1
+        return out
 
 
 def scan(source: LogSource, triggers: Triggers, source_index: int = 0,
          stats: dict | None = None) -> Iterator[LogLine]:
     """Yield the salient lines of one log, in order, with 1-based line numbers."""
+    scanner = _Scanner(triggers, source_index)
     line_base = 1  # line number at the start of the current block
     total_bytes = 0
     for block in iter_blocks(source):
         total_bytes += len(block)
-        counted_to = 0
-        line_at = line_base
-        pos = 0
-        for hit in triggers.starts(block):
-            if hit < pos:
-                continue  # another trigger word on a line already taken
-            start, end = _segment_bounds(block, hit)
-            line_at += block.count(b"\n", counted_to, start)
-            counted_to = start
-            segment = block[start:end]
-            # take the whole physical line when it holds '\r' redraws: normalise splits them
-            yield from normalise(line_at, segment.decode("utf-8", "replace"), source_index)
-            pos = end + 1
-            follow = 0
-            if _EXC_LINE.match(segment):
-                follow = CONTINUATION_LINES  # the message of an exception often continues on lines with no trigger word
-            elif _FRAME_LINE.match(segment):
-                follow = 1  # the source line under a traceback frame says what was being done
-            if follow:
-                for _ in range(follow):
-                    if pos >= len(block):
-                        break
-                    nxt = block.find(b"\n", pos)
-                    if nxt < 0:
-                        nxt = len(block)
-                    line_at += block.count(b"\n", counted_to, pos)
-                    counted_to = pos
-                    seg = block[pos:nxt]
-                    if seg.strip():
-                        yield from normalise(line_at, seg.decode("utf-8", "replace"), source_index)
-                    pos = nxt + 1
+        yield from scanner.block_lines(block, line_base)
         line_base += block.count(b"\n")
     if stats is not None:
         stats["bytes"] = stats.get("bytes", 0) + total_bytes

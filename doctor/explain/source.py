@@ -105,6 +105,15 @@ def _sniff_encoding(sample: bytes) -> str | None:
     return "utf-8"
 
 
+def _hard_cut(data: bytes) -> int:
+    """Where to end a block inside a line longer than a block: before its last '[' (a rank
+    prefix then starts the next block, and the line's prefixes still read as prefixes) or after
+    its last space, whichever is later, if that is in the block's second half; else at the end."""
+    half = len(data) // 2
+    cut = max(data.rfind(b"[", half) - 1, data.rfind(b" ", half))
+    return cut if cut >= half else len(data) - 1
+
+
 def iter_blocks(source: LogSource, block_size: int = BLOCK_SIZE) -> Iterator[bytes]:
     """Yield UTF-8 byte blocks that end at a line boundary ('\\n', else '\\r', else a hard cut)."""
     decoder = None
@@ -131,6 +140,6 @@ def iter_blocks(source: LogSource, block_size: int = BLOCK_SIZE) -> Iterator[byt
             if len(data) < block_size:
                 carry = data
                 continue
-            cut = len(data) - 1  # one endless line: hard cut keeps memory bounded
+            cut = _hard_cut(data)  # one endless line: a cut keeps memory bounded
         carry = data[cut + 1 :]
         yield data[: cut + 1]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from importlib import metadata
 
+from .lines import LineMemo
+
 
 # the distributions whose installed versions matter to a diagnosis (package metadata names)
 INSTALLED = ("llamafactory", "transformers", "accelerate", "deepspeed", "peft", "trl", "datasets",
@@ -48,11 +50,20 @@ class LogVersions:
     def __init__(self) -> None:
         self.found: dict[str, str] = {}
         self._pip_show: str | None = None
+        self._known = LineMemo()  # line -> the versions it names: read once however often it repeats
+        self._made: list[tuple[str, str]] = []  # (key, version) recorded by the current line
 
     def feed(self, text: str) -> None:
         if "ersion" not in text and "==" not in text and "-packages/" not in text and "nstalled" not in text \
                 and "pip" not in text and "....." not in text:
             return
+        remember = self._pip_show is None
+        if remember:
+            known = self._known.get(text)
+            if known is not None:
+                self.found.update(known)
+                return
+        self._made = []
         m = _PIP_SHOW.search(text)
         if m:
             self._pip_show = m.group(1)
@@ -69,11 +80,14 @@ class LogVersions:
         for pattern in _PATTERNS:
             for m in pattern.finditer(text):
                 self._record(m.group(1), m.group(2))
+        if remember:
+            self._known.put(text, tuple(self._made))
 
     def _record(self, name: str, version: str) -> None:
         key = _ALIASES.get(name.lower().replace(" ", ""))
         if key:
             self.found[key] = version
+            self._made.append((key, version))
 
 
 def installed_versions() -> dict[str, str]:
