@@ -139,3 +139,103 @@ def test_malformed_catalog_entry_names_file_and_field(tmp_path):
     with pytest.raises(CatalogError) as err:
         load_file(bad)
     assert "MGD999.yaml" in str(err.value) and "yaml" in str(err.value).lower()
+
+
+# --- every way in has a defined result (issue 13) ---------------------------------------------
+
+def _noise_then_failure() -> bytes:
+    import random
+    rnd = random.Random(1)
+    noise = "".join(f"{{'loss': {rnd.random():.6f}, 'grad_norm': {rnd.random():.6f}}} step {i}\n" for i in range(100_000))
+    return (noise + FAILING).encode()
+
+
+@pytest.mark.parametrize("fmt", ["gzip", "bzip2", "xz"])
+def test_damaged_compressed_stream_is_named(tmp_path, fmt):
+    import bz2
+    import lzma
+    compress = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[fmt]
+    data = bytearray(compress(_noise_then_failure()))
+    for i in range(len(data) // 2, len(data) // 2 + 64):  # corrupt the middle: the header still reads
+        data[i] ^= 0x5A
+    p = tmp_path / "train.log.z"
+    p.write_bytes(bytes(data))
+    code, out, err = run(str(p))
+    assert_one_line_error(code, out, err, ["train.log.z", f"damaged {fmt} stream"])
+
+
+def test_proc_mem_is_refused_in_one_line():
+    code, out, err = run("/proc/self/mem")
+    assert_one_line_error(code, out, err, ["/proc/self/mem", "cannot read"])
+
+
+@pytest.mark.parametrize("path, words", [("/dev/zero", ["is a device"]), ("/dev/null", ["is a device"])])
+def test_devices_are_refused(path, words):
+    code, out, err = run(path)
+    assert_one_line_error(code, out, err, [path, *words])
+
+
+def test_socket_is_refused(tmp_path):
+    import socket
+    where = tmp_path / "s.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(where))
+        code, out, err = run(str(where))
+    assert_one_line_error(code, out, err, ["is a socket"])
+
+
+def test_fifo_without_writer_gives_up_in_one_line(tmp_path, monkeypatch, capsys):
+    import time
+
+    from mgft_doctor.cli import main
+    from mgft_doctor.explain import source
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(source, "FIFO_WAIT_S", 0.5)
+    t0 = time.monotonic()
+    code = main(["explain", str(fifo)])
+    err = capsys.readouterr().err
+    assert code == 2 and time.monotonic() - t0 < 10
+    assert "no program writes to" in err and len(err.strip().splitlines()) == 1
+
+
+def test_fifo_with_a_writer_is_read(tmp_path):
+    import threading
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def write():
+        with open(fifo, "wb") as f:
+            f.write((HEALTHY + FAILING).encode())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    code, out, _ = run(str(fifo), "--json")
+    writer.join(timeout=30)
+    assert code == 1 and json.loads(out)["root_error"]["line"] == 203
+
+
+@pytest.mark.parametrize("encoding, bom", [("utf-32-le", True), ("utf-32-be", True), ("utf-32-le", False),
+                                           ("utf-32-be", False), ("utf-16-be", False), ("utf-8", True)])
+def test_wide_encodings_and_boms_are_read(tmp_path, encoding, bom):
+    p = tmp_path / "wide.log"
+    p.write_bytes((("\ufeff" if bom else "") + HEALTHY + FAILING).encode(encoding))
+    code, out, _ = run(str(p), "--json")
+    data = json.loads(out)
+    assert code == 1 and data["diagnoses"][0]["code"] == "MGD601"
+    assert data["root_error"]["line"] == 203
+
+
+def test_an_encoding_that_cannot_be_told_is_refused_not_misread(tmp_path):
+    p = tmp_path / "ebcdic.log"
+    p.write_bytes((HEALTHY + FAILING).encode("cp500"))  # EBCDIC: no ASCII letters at all
+    code, out, err = run(str(p))
+    assert_one_line_error(code, out, err, ["ebcdic.log", "neither UTF-8, UTF-16 nor UTF-32"])
+
+
+def test_ascii_compatible_legacy_bytes_keep_their_ascii(tmp_path):
+    p = tmp_path / "gbk.log"
+    p.write_bytes("第五步 训练失败\n".encode("gbk") * 3 + FAILING.encode())
+    code, out, _ = run(str(p), "--json")
+    data = json.loads(out)
+    assert code == 1 and data["diagnoses"][0]["code"] == "MGD601" and data["root_error"]["line"] == 6
