@@ -15,7 +15,7 @@ from ..errors import EXIT_CRASH, EXIT_FAILURE, EXIT_OK, DoctorError
 from ..check.probe import Status
 from ..check.registry import select
 from ..check.runner import run_all, would_skip
-from ..text import split_csv
+from ..text import mask_data, split_csv
 
 SCHEMA = "mgft-doctor/check/1"
 
@@ -90,6 +90,7 @@ def run_check(args) -> int:
     progress = Progress(console, enabled=not args.json and console.is_terminal)
     results = run_all(selected, ctx, on_start=progress.start, on_done=progress.done)
     progress.stop()
+    results = mask_data(results)  # no secret of the environment in any output
     if args.json:
         sys.stdout.write(json.dumps({"schema": SCHEMA, "probes": [r.to_json() for r in results]}, ensure_ascii=False) + "\n")
     else:

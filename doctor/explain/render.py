@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..text import mask_data
 from . import ExplainReport
 from .report import Diagnosis
 
@@ -109,6 +110,7 @@ class Out:
 
 
 def render(report: ExplainReport, console: Console, verbose: bool = False) -> None:
+    report = mask_data(report)  # no secret of the log reaches the screen
     out = Out(console)
     names = ", ".join(report.sources)
     if not report.failure:

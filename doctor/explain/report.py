@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..text import mask_data
 from .advice import Advice
 from .lines import LogLine
 from .phase import Phase
@@ -42,6 +43,7 @@ class ExplainReport:
     lines_read: int = 0
 
     def to_json(self) -> dict:
+        self = mask_data(self)  # no secret of the log leaves in the JSON (masked before any cut)
         multi = len(self.sources) > 1
 
         def ev(line: LogLine) -> dict:

@@ -16,6 +16,8 @@ import traceback
 
 import pytest
 
+from ..text import mask_data
+
 SECTION = "mgft-doctor diagnosis"
 MAX_TEXT = 4_000_000  # characters of captured output read per failure (the tail: where errors are)
 
@@ -45,6 +47,7 @@ def diagnose(text: str):
 
 
 def section_text(report) -> str:
+    report = mask_data(report)  # no secret of the captured output reaches the test report
     d = report.diagnoses[0]
     wrap = textwrap.TextWrapper(width=100, initial_indent="  ", subsequent_indent="  ")
     lines = [f"{d.code}  {d.title}",
