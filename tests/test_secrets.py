@@ -6,6 +6,7 @@ the pytest plugin's section. The kinds stay recognisable ('hf_***', 'HF_TOKEN=**
 from __future__ import annotations
 
 import io
+from pathlib import Path
 import json
 import subprocess
 import sys
@@ -130,3 +131,69 @@ def test_mask_data_keeps_types():
     from mgft_doctor.check.probe import Finding, Status
     f = mask_data(Finding("MGD101", "HF_TOKEN=abcd1234", "x", Status.WARN))
     assert f.message == "HF_TOKEN=***" and f.severity is Status.WARN
+
+
+# --- --share: one Markdown report safe to paste into an issue --------------------------------
+
+def _share_log(tmp_path, host: str) -> Path:
+    log = tmp_path / "train.log"
+    log.write_text(LOG.format(secret=" ".join(p for p, _, _ in SECRETS))
+                   .replace("/opt/conda/bin/torchrun", "/home/alice/miniconda3/bin/torchrun")
+                   .replace("local network address.", f"local network address {host}:29500 (node7.corp.example.com)."))
+    return log
+
+
+@pytest.fixture
+def machine(monkeypatch, tmp_path):
+    """A machine named gpu-box-07 whose user alice works in tmp_path."""
+    import socket
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu-box-07")
+    monkeypatch.setattr(socket, "getfqdn", lambda *a: "gpu-box-07.cluster.example.org")
+    monkeypatch.chdir(tmp_path)
+    return "gpu-box-07"
+
+
+def test_explain_share_writes_a_redacted_report(tmp_path, machine, capsys):
+    from mgft_doctor.cli import main
+    log = _share_log(tmp_path, machine)
+    assert main(["explain", str(log), "--share"]) == 1
+    err = capsys.readouterr().err
+    report = (tmp_path / "mgft-doctor-report.md").read_text()
+    assert "written to ./mgft-doctor-report.md" in err
+    for _, secret, _ in SECRETS:
+        assert secret not in report
+    for private in ("/home/alice", machine, "node7.corp.example.com", "cluster.example.org"):
+        assert private not in report
+    assert "~/miniconda3/bin/torchrun" in report and "<host>:29500" in report
+    assert "**MGD101**" in report and "DistNetworkError" in report and "HF_TOKEN=***" in report
+    assert "## Environment" in report and "Python:" in report
+    # a second --share never overwrites the first; --share=PATH writes PATH
+    assert main(["explain", str(log), "--share"]) == 1
+    assert (tmp_path / "mgft-doctor-report-2.md").exists()
+    assert main(["explain", str(log), "--share=mine.md"]) == 1 and (tmp_path / "mine.md").exists()
+
+
+def test_share_never_takes_a_log_or_config_for_its_path(tmp_path, machine, capsys):
+    from mgft_doctor.cli import main
+    log = _share_log(tmp_path, machine)
+    before = log.read_bytes()
+    with pytest.raises(SystemExit) as stop:
+        main(["explain", "--share", str(log)])
+    assert stop.value.code == 2 and "must end in .md" in capsys.readouterr().err
+    assert log.read_bytes() == before
+
+
+def test_check_share_writes_the_probes_and_findings_redacted(tmp_path, machine, monkeypatch, capsys):
+    from mgft_doctor.check.probe import Finding, ProbeResult, Status
+    from mgft_doctor.cli import check as check_cli
+    from mgft_doctor.cli import main
+    env = " ".join(p for p, _, _ in SECRETS)
+    monkeypatch.setattr(check_cli, "run_all", lambda selected, ctx, **_: [
+        ProbeResult("versions.compat", "Versions", Status.WARN, f"on {machine}: /home/alice/env",
+                    [Finding("MGD903", f"environment: {env}", "see /home/alice/x", Status.WARN)])])
+    main(["check", "--only", "versions", "--share"])
+    report = (tmp_path / "mgft-doctor-report.md").read_text()
+    for _, secret, _ in SECRETS:
+        assert secret not in report
+    assert machine not in report and "/home/alice" not in report
+    assert "| versions.compat | warn |" in report and "**MGD903**" in report and "~/env" in report

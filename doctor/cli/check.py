@@ -16,6 +16,7 @@ from ..check.probe import Status
 from ..check.registry import select
 from ..check.runner import run_all, would_skip
 from ..text import mask_data, split_csv
+from .share import add_share_option, share_check
 
 SCHEMA = "mgft-doctor/check/1"
 
@@ -39,6 +40,7 @@ def add_check_arguments(p) -> None:
     p.add_argument("--master-addr", default=None, help="rendezvous host (default $MASTER_ADDR or 127.0.0.1)")
     p.add_argument("--master-port", type=int, default=None, help="rendezvous port (default $MASTER_PORT or a free one)")
     p.add_argument("--list", action="store_true", help="list the probes and exit")
+    add_share_option(p)
 
 
 def options_from_args(args) -> Options:
@@ -91,6 +93,8 @@ def run_check(args) -> int:
     results = run_all(selected, ctx, on_start=progress.start, on_done=progress.done)
     progress.stop()
     results = mask_data(results)  # no secret of the environment in any output
+    if args.share is not None:
+        share_check(results, args.share)
     if args.json:
         sys.stdout.write(json.dumps({"schema": SCHEMA, "probes": [r.to_json() for r in results]}, ensure_ascii=False) + "\n")
     else:

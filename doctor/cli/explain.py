@@ -9,6 +9,7 @@ import sys
 from rich.console import Console
 
 from ..errors import EXIT_FAILURE, EXIT_OK
+from .share import add_share_option, share_explain
 
 
 def add_arguments(e) -> None:
@@ -17,6 +18,7 @@ def add_arguments(e) -> None:
     e.add_argument("--installed", action="store_true",
                    help="also use the versions installed here to pick version-aware fixes")
     e.add_argument("-v", "--verbose", action="store_true", help="show every diagnosis and all evidence")
+    add_share_option(e)
 
 
 def run_explain(args) -> int:
@@ -24,6 +26,8 @@ def run_explain(args) -> int:
     from ..explain.render import render
 
     report = explain_paths(args.logs, use_installed=args.installed)
+    if args.share is not None:
+        share_explain(report, args.share)
     if args.json:
         sys.stdout.write(json.dumps(report.to_json(), ensure_ascii=False) + "\n")
     else:
