@@ -6,6 +6,7 @@ user lands on. Tests check that each exists in known_errors/ and that no code ha
 # import the probes) and listed here with the others
 from mgft_doctor.runconfig.codes import (  # noqa: F401
     BF16_UNSUPPORTED, DS_AUTO_OUTSIDE_TRAINER, DS_BATCH_ARITHMETIC, DS_CONFIG_INVALID, DS_HF_MISMATCH,
+    DS_MIXED_PRECISION, DS_NO_ZERO_SECTION,
     NCCL_WATCHDOG_TIMEOUT, ZERO3_EMPTY_SAVE, ZERO3_QUANTIZED,
 )
 

@@ -1,4 +1,4 @@
-"""The catalog codes that the rules over the user's run (ds_rules.py, quantization.py) carry in their Problems,
+"""The catalog codes that the rules over the user's run (ds_rules.py, quantization.py, lf_rules.py) carry in their Problems,
 one constant per code, named after its catalog entry. Defined here because runconfig may not
 import the probes; probes/_codes.py re-exports them, so the code table stays one list."""
 
@@ -10,3 +10,5 @@ DS_CONFIG_INVALID = "MGD509"  # a value DeepSpeed rejects (stage, both fp16 and 
 ZERO3_QUANTIZED = "MGD603"  # pre-quantized checkpoint / quantization_bit that LLaMA-Factory refuses under ZeRO-3
 ZERO3_EMPTY_SAVE = "MGD801"  # stage3_gather_16bit_weights_on_model_save false
 BF16_UNSUPPORTED = "MGD805"  # bf16 asked on a GPU without bf16
+DS_NO_ZERO_SECTION = "MGD510"  # accelerate: a DeepSpeed JSON used through the Trainer without zero_optimization
+DS_MIXED_PRECISION = "MGD511"  # accelerate: the YAML's fp16/bf16 against the other one enabled in the JSON

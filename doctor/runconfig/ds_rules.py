@@ -5,6 +5,7 @@ Each rule is a function (RunConfig, world_size, gpu_bf16) -> list[Problem]."""
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -105,26 +106,33 @@ def auto_values(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Proble
         "warn", repair, paths)]
 
 
+_HF_NAME = {"train_micro_batch_size_per_gpu": "per_device_train_batch_size",
+            "gradient_accumulation_steps": "gradient_accumulation_steps"}  # fill_match's hf names
+
+
 def batch_arithmetic(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
     ds = rc.ds or {}
     tb, micro, gas = (_num(ds.get(k)) for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"))
     out = []
     if rc.yaml_path:
-        y_micro = rc.yaml.get("per_device_train_batch_size", 1)
+        y_micro = rc.yaml.get("per_device_train_batch_size", 8)  # TrainingArguments' default
         y_gas = rc.yaml.get("gradient_accumulation_steps", 1)
         for key, ds_v, y_v in (("train_micro_batch_size_per_gpu", micro, y_micro), ("gradient_accumulation_steps", gas, y_gas)):
             if ds_v is not None and isinstance(y_v, int) and ds_v != y_v:
                 out.append(Problem(
                     codes.DS_HF_MISMATCH,
                     f"{key} is {ds_v:g} in the DeepSpeed JSON but the YAML gives {y_v}: the HF Trainer stops with "
-                    "'Please correct the following DeepSpeed config values that mismatch TrainingArguments values'",
+                    "'Please correct the following DeepSpeed config values that mismatch TrainingArguments values:"
+                    f"\n- ds {key}={ds.get(key)} vs hf {_HF_NAME[key]}={y_v}'",
                     f"Set \"{key}\": \"auto\" in the DeepSpeed JSON (the Trainer fills it from the YAML).",
                     "fail", lambda d, key=key: d.__setitem__(key, "auto")))
         if tb is not None and isinstance(y_micro, int) and isinstance(y_gas, int) and tb != y_micro * y_gas * world:
             out.append(Problem(
                 codes.DS_HF_MISMATCH,
                 f"train_batch_size {tb:g} != per_device_train_batch_size {y_micro} × gradient_accumulation_steps {y_gas} × "
-                f"{world} GPU(s) = {y_micro * y_gas * world}",
+                f"{world} GPU(s) = {y_micro * y_gas * world}: the HF Trainer stops with 'Please correct the following "
+                f"DeepSpeed config values that mismatch TrainingArguments values:\n- ds train_batch_size={ds.get('train_batch_size')}"
+                f" vs hf train_batch_size (calculated)={y_micro * y_gas * world}'",
                 "Set \"train_batch_size\": \"auto\" in the DeepSpeed JSON.", "fail",
                 lambda d: d.__setitem__("train_batch_size", "auto")))
         return out
@@ -206,7 +214,112 @@ def yaml_rules(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem
     return out
 
 
-RULES = (auto_values, batch_arithmetic, precision, zero_sections, yaml_rules)
+# -- what the HF Trainer and accelerate refuse in a YAML + JSON pair (LLaMA-Factory runs the Trainer) --
+TRAINER_MISMATCH = ("Please correct the following DeepSpeed config values that mismatch TrainingArguments values:\n"
+                    "{lines}\nThe easiest method is to set these DeepSpeed config values to 'auto'.")
+HF_DEFAULTS = {"max_grad_norm": 1.0, "learning_rate": 5e-5, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8,
+               "weight_decay": 0.0, "warmup_steps": 0, "max_steps": -1}  # transformers 5 TrainingArguments
+
+
+def _trainer_args(rc: RunConfig) -> dict:
+    """The YAML as LLaMA-Factory hands it to TrainingArguments (OmegaConf's YAML rules), defaults filled."""
+    from .lf_rules import llamafactory_args
+
+    args = dict(HF_DEFAULTS)
+    args.update({k: v for k, v in llamafactory_args(rc).items() if v is not None})
+    return args
+
+
+def _num_training_steps(a: dict) -> int | None:
+    """What Trainer.train passes to trainer_config_finalize, when the YAML alone decides it (max_steps)."""
+    steps = a.get("max_steps")
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+
+
+def _warmup_steps(a: dict, total: int | None) -> int | None:
+    """TrainingArguments.get_warmup_steps(num_training_steps), or None when it needs the dataset's length."""
+    w = a.get("warmup_ratio") if a.get("warmup_ratio") is not None else a.get("warmup_steps", 0)
+    if not isinstance(w, (int, float)) or isinstance(w, bool):
+        return None
+    if w >= 1:
+        return int(w)
+    return 0 if w == 0 else (math.ceil(total * w) if total is not None else None)
+
+
+def trainer_mismatches(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
+    """transformers/integrations/deepspeed.py HfTrainerDeepSpeedConfig.fill_match, as
+    trainer_config_process (TrainingArguments.__post_init__) and trainer_config_finalize
+    (deepspeed_init) call it for clipping, optimizer, scheduler and precision: a value that is not
+    "auto" and differs from the Trainer's is listed, and the Trainer stops at train() with all of
+    them. The batch keys are batch_arithmetic's."""
+    if not rc.yaml_path or rc.ds is None:
+        return []
+    a = _trainer_args(rc)
+    total = _num_training_steps(a)
+    pairs = [("gradient_clipping", a["max_grad_norm"], "max_grad_norm"),
+             ("optimizer.params.lr", a["learning_rate"], "learning_rate"),
+             ("optimizer.params.betas", [a["adam_beta1"], a["adam_beta2"]], "adam_beta1+adam_beta2"),
+             ("optimizer.params.eps", a["adam_epsilon"], "adam_epsilon"),
+             ("optimizer.params.weight_decay", a["weight_decay"], "weight_decay"),
+             ("scheduler.params.warmup_max_lr", a["learning_rate"], "learning_rate"),
+             ("fp16.enabled", bool(a.get("fp16") or a.get("fp16_full_eval")), "fp16|fp16_full_eval"),
+             ("bf16.enabled", bool(a.get("bf16") or a.get("bf16_full_eval")), "bf16|bf16_full_eval"),
+             ("scheduler.params.total_num_steps", total, "num_training_steps (calculated)"),
+             ("scheduler.params.warmup_num_steps", _warmup_steps(a, total), "warmup_steps")]
+    lines, unknown = [], []
+    for ds_key, hf_val, hf_key in pairs:
+        ds_val = _get(rc.ds, ds_key)
+        if ds_val is None or ds_val == "auto":
+            continue
+        if hf_val is None:
+            unknown.append(ds_key)
+        elif ds_val != hf_val:
+            lines.append(f"- ds {ds_key}={ds_val} vs hf {hf_key}={hf_val}")
+    out = []
+    if lines:
+        note = (" (pure_bf16 is LLaMA-Factory's own flag: the Trainer's bf16 stays false)"
+                if a.get("pure_bf16") is True and any("bf16.enabled" in l for l in lines) else "")
+        out.append(Problem(codes.DS_HF_MISMATCH, "the HF Trainer stops at train() (trainer_config_finalize): \""
+                           + TRAINER_MISMATCH.format(lines="\n".join(lines)) + f"\"{note}",
+                           "Set these keys to \"auto\" in the DeepSpeed JSON (the Trainer fills them from the YAML), "
+                           "or make the YAML say the same values."))
+    if unknown:
+        out.append(Problem(codes.DS_HF_MISMATCH, f"{', '.join(unknown)} fixed in the DeepSpeed JSON: the Trainer checks "
+                           "them against the steps it computes from the dataset's length (num_train_epochs × steps per "
+                           "epoch) and stops when they differ, which a number written by hand rarely matches",
+                           "Set them to \"auto\", or give max_steps in the YAML and the matching numbers.", "warn"))
+    return out
+
+
+def accelerate_checks(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
+    """accelerate/utils/dataclasses.py DeepSpeedPlugin.__post_init__ (built in TrainingArguments'
+    __post_init__: the JSON needs zero_optimization) and set_mixed_precision (called when the
+    Trainer builds its Accelerator: the YAML's precision may not meet the other one enabled in the
+    JSON)."""
+    if not rc.yaml_path or rc.ds is None:
+        return []
+    out = []
+    if "zero_optimization" not in rc.ds:
+        out.append(Problem(codes.DS_NO_ZERO_SECTION, "the DeepSpeed JSON has no zero_optimization section: accelerate "
+                           "stops while the arguments are parsed with \"Please specify the ZeRO optimization config in "
+                           "the DeepSpeed config.\" (DeepSpeedPlugin.__post_init__)",
+                           "Add \"zero_optimization\": {\"stage\": 0} (or 2/3; LLaMA-Factory's examples/deepspeed/"
+                           "ds_z0_config.json), or drop the deepspeed: key for plain DDP."))
+    a = _trainer_args(rc)
+    mixed = "fp16" if a.get("fp16") is True else "bf16" if a.get("bf16") is True else "no"
+    other = {"fp16": "bf16", "bf16": "fp16"}.get(mixed)
+    enabled = _get(rc.ds, f"{other}.enabled") if other else None
+    if other and str(enabled).lower() == "true":
+        out.append(Problem(codes.DS_MIXED_PRECISION, f"the YAML trains in {mixed} and the DeepSpeed JSON enables {other}: "
+                           f"the Trainer stops when it builds its Accelerator with \"`--mixed_precision` arg cannot be set "
+                           f"to `{mixed}` when `{other}` is set in the DeepSpeed config file.\" (accelerate "
+                           "DeepSpeedPlugin.set_mixed_precision)",
+                           f"Set \"{other}\": {{\"enabled\": \"auto\"}} and \"{mixed}\": {{\"enabled\": \"auto\"}} in the "
+                           "JSON (the Trainer takes the YAML's precision), or change the YAML."))
+    return out
+
+
+RULES = (auto_values, batch_arithmetic, precision, zero_sections, yaml_rules, accelerate_checks, trainer_mismatches)
 
 
 def check(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
