@@ -71,6 +71,10 @@ def run(ctx: Context):
                "algbw_GBps": round(big["algbw_GBps"], 3), "message_bytes": big["size_bytes"],
                "wall_s": round(res.wall_s, 2),
                "sizes": [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.items()} for s in first["sizes"]]}
+    if world == 1:  # one rank moves no data between devices: nothing to measure, nothing to claim
+        for key in ("busbw_GBps", "algbw_GBps"):
+            metrics[key] = None
+        return verdict(f"{backend}, 1 rank: all-reduce verified; one GPU has no link to measure", findings, metrics, details)
     summary = f"{backend}, {world} ranks: result correct, busbw {big['busbw_GBps']:.2f} GB/s at {big['size_bytes'] >> 20} MiB"
     if backend == "nccl":
         link = worst_link(ctx.topology, min(nproc, ctx.facts.gpu_count))

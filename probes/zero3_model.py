@@ -91,34 +91,67 @@ def run(ctx: Context):
                            " (the YAML sets trust_remote_code: true, but the doctor needs the flag)"
                            if yaml.get("trust_remote_code") else ""))
 
-    gpus = ctx.facts.gpu_count if ctx.use_gpus else 0
-    backend = "nccl" if gpus >= NPROC else "gloo"
-    if ctx.use_gpus and gpus < NPROC:
-        details.append(f"{gpus} GPU: the two-rank run uses gloo on the CPU")
-    if backend == "nccl":
-        bf16_ok = all(d.get("bf16") for d in ctx.facts.devices)
-    else:
-        bf16_ok = cpu_has_bf16()
     cache = o.cache_dir
     args = {"model": model_ref, "config_dict": cfg, "trust_remote_code": bool(o.trust_remote_code),
-            "use_tokenizer": local_dir and _tokenizer_files(model_ref), "backend": backend,
+            "use_tokenizer": local_dir and _tokenizer_files(model_ref),
             "ds_config": ds, "yaml": {k: yaml[k] for k in YAML_KEYS if k in yaml},
-            "bf16_ok": bf16_ok, "moe_check": True, "moe_limit_s": min(MOE_LIMIT_S, max(10.0, o.timeout / 4)),
+            "moe_check": True, "moe_limit_s": min(MOE_LIMIT_S, max(10.0, o.timeout / 4)),
             "pg_timeout": max(60.0, o.timeout)}
-    if backend == "nccl" and is_moe(cfg):
-        # a desynchronised collective on NCCL is a hang: let the watchdog end it soon after the inner limit
-        args["pg_timeout"] = args["moe_limit_s"] + 60.0
     env = {"TORCH_EXTENSIONS_DIR": os.path.join(cache, "torch_extensions"),
            "HF_MODULES_CACHE": os.path.join(cache, "hf_modules"),
            "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
     if from_hub:
         env["HF_HUB_CACHE"] = os.path.join(cache, "hf_hub")
+    verdicts = [(backend, n, _run_once(ctx, backend, n, cfg, args, env, model, list(findings), list(details)))
+                for backend, n in plan_runs(ctx)]
+    return combine(verdicts)
+
+
+def plan_runs(ctx: Context) -> list[tuple[str, int]]:
+    """One NCCL run over the GPUs (DESIGN §3: one rank per GPU) in the run's precision; with a single
+    GPU also a two-rank gloo run on the CPU, so that partitioning across ranks is exercised."""
+    gpus = ctx.facts.gpu_count if ctx.use_gpus else 0
+    if not gpus:
+        return [("gloo", NPROC)]
+    n = min(ctx.nproc, gpus)
+    return [("nccl", n)] + ([("gloo", NPROC)] if n < NPROC else [])
+
+
+def _run_once(ctx: Context, backend: str, nproc: int, cfg: dict, args: dict, env: dict, model: str,
+              findings: list[Finding], details: list[str]):
+    o = ctx.options
+    args = dict(args, backend=backend, moe_check=args["moe_check"] and nproc >= 2)
+    args["bf16_ok"] = all(d.get("bf16") for d in ctx.facts.devices) if backend == "nccl" else cpu_has_bf16()
+    if backend == "nccl" and is_moe(cfg):
+        # a desynchronised collective on NCCL is a hang: let the watchdog end it soon after the inner limit
+        args["pg_timeout"] = args["moe_limit_s"] + 60.0
+    env = dict(env)
     if backend == "gloo":
         env["DS_ACCELERATOR"] = "cpu"
         env["CUDA_VISIBLE_DEVICES"] = ""
-    res = launch(worker_script("zero3_model"), nproc=NPROC, timeout=o.timeout, python=o.python, args=args, env=env,
+    res = launch(worker_script("zero3_model"), nproc=nproc, timeout=o.timeout, python=o.python, args=args, env=env,
                  master_addr="127.0.0.1", master_port=None)
     return judge(res, backend, model, findings, details)
+
+
+def combine(verdicts):
+    """The first run decides the headline; a second (the gloo pass of a one-GPU machine) adds its
+    findings and details, and its own line to the summary."""
+    (backend, n, first), rest = verdicts[0], verdicts[1:]
+    if not rest:
+        return first
+    findings, details, metrics = list(first.findings), list(first.details), dict(first.metrics)
+    parts = [first.summary]
+    for b, m, v in rest:
+        findings += [f for f in v.findings if (f.code, f.message) not in {(g.code, g.message) for g in findings}]
+        details += [f"-- {m} {b} ranks (partitioning across ranks) --", *v.details]
+        metrics[f"{b}_pass"] = v.metrics
+        parts.append(f"on {m} {b} ranks: {v.summary}")
+    worst = max((v.status for _, _, v in verdicts), key=lambda s: _SEVERITY[s])
+    return verdict("; ".join(parts), findings, metrics, details, status=worst)
+
+
+_SEVERITY = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.FAIL: 3, Status.ERROR: 4}
 
 
 def _frame_text(frame: dict | None) -> str:
@@ -138,11 +171,12 @@ def _is_model_code(frame: dict | None) -> bool:
 def judge(res, backend: str, model: str, findings: list[Finding], details: list[str]):
     ranks = {r: o.result for r, o in res.ranks.items() if o.result is not None}
     r0 = ranks.get(0) or next(iter(ranks.values()), None)
-    metrics = {"backend": backend, "world_size": NPROC, "wall_s": round(res.wall_s, 2)}
+    world = len(res.ranks) or NPROC
+    metrics = {"backend": backend, "world_size": world, "wall_s": round(res.wall_s, 2)}
     if r0 is None:  # no rank said anything: a launch problem
         fs, ds = launch_failure_findings(res, f"the ZeRO-3 run of {model}", _codes.COLLECTIVE_HANG, _codes.RANK_DIED,
                                          "Check the launch log (mgft-doctor check -v); nccl.allreduce tests the ranks alone.")
-        return verdict("the two-rank ZeRO-3 run did not start", findings + fs, metrics, details + ds,
+        return verdict(f"the {world}-rank ZeRO-3 run did not start", findings + fs, metrics, details + ds,
                        status=Status.FAIL)
     failure = next((r.get("failure") for r in ranks.values() if r.get("failure")), None)
     details += _describe(r0)
@@ -155,7 +189,7 @@ def judge(res, backend: str, model: str, findings: list[Finding], details: list[
     if missing and not (r0.get("no_leaf") or {}).get("started"):
         fs, ds = launch_failure_findings(res, f"the ZeRO-3 run of {model}", _codes.COLLECTIVE_HANG, _codes.RANK_DIED,
                                          "Check the launch log (mgft-doctor check -v).")
-        return verdict("the two-rank ZeRO-3 run did not finish", findings + fs, metrics, details + ds,
+        return verdict(f"the {world}-rank ZeRO-3 run did not finish", findings + fs, metrics, details + ds,
                        status=Status.FAIL)
     facts = r0.get("ds_facts") or {}
     stage = facts.get("stage")
@@ -175,7 +209,7 @@ def judge(res, backend: str, model: str, findings: list[Finding], details: list[
     ga = facts.get("accumulation", 1)
     build = r0.get("build") or {}
     steps = r0.get("steps") or {}
-    proven.append(f"ZeRO-{stage} on {NPROC} {backend} ranks" + (" with zero.Init" if stage == 3 else ""))
+    proven.append(f"ZeRO-{stage} on {world} {backend} rank{'s' if world > 1 else ''}" + (" with zero.Init" if stage == 3 else ""))
     proven.append("forward, backward, 2 optimizer steps" + (f" (accumulation {ga})" if ga > 1 else ""))
     rel = r0.get("reload") or {}
     if (r0.get("save") or {}).get("saved") and rel.get("compared"):

@@ -19,7 +19,7 @@ from .topology import Topology, read_topology
 
 @dataclass
 class Options:
-    nproc: int | None = None  # ranks for the multi-rank probes; default: visible GPUs, at least 2
+    nproc: int | None = None  # ranks for the multi-rank probes; default: one per visible GPU, 2 without
     timeout: float = 300.0  # hard limit for each multi-rank run or build, seconds
     python: str = sys.executable  # the Python environment under examination
     nnodes: int = 1
@@ -33,6 +33,7 @@ class Options:
     cache_dir: str = field(default_factory=lambda: os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "mgft-doctor"))
     inject_fault: dict | None = None  # tests only: make a worker rank hang or die
+    rehearse: bool = False  # rehearsal.run: the YAML in miniature through llamafactory-cli (only when asked)
 
     @classmethod
     def from_env(cls, *, nproc: int | None = None, timeout: float = 300.0, python: str | None = None,
@@ -102,9 +103,11 @@ class Context:
 
     @property
     def nproc(self) -> int:
+        """Ranks for the multi-rank probes (DESIGN §3): one per visible GPU, all of them; two gloo
+        ranks on the CPU when there is no GPU."""
         if self.options.nproc:
             return self.options.nproc
-        return max(2, self.facts.gpu_count)
+        return self.facts.gpu_count if self.use_gpus else 2
 
     @cached_property
     def run_config(self):

@@ -26,12 +26,14 @@ def add_check_arguments(p) -> None:
     p.add_argument("--model", help="model folder (or hub id) whose architecture zero3.model tries under ZeRO-3")
     p.add_argument("--deepspeed", help="DeepSpeed JSON (overrides the one the YAML names)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow the model's own Python code to run")
+    p.add_argument("--rehearse", action="store_true",
+                   help="also run the YAML in miniature: real llamafactory-cli train, shrunk model, a few steps (a minute or more)")
     p.add_argument("--json", action="store_true", help="print the mgft-doctor/check/1 JSON object")
     p.add_argument("-v", "--verbose", action="store_true", help="show what each probe ran and saw")
     p.add_argument("--only", action="append", default=[], metavar="ID",
                    help="run only these probe ids or families (repeatable, comma-separated): --only nccl")
     p.add_argument("--skip", action="append", default=[], metavar="ID", help="skip these probe ids or families")
-    p.add_argument("--nproc", type=int, default=None, help="ranks per node for multi-rank probes (default: visible GPUs, at least 2)")
+    p.add_argument("--nproc", type=int, default=None, help="ranks per node for multi-rank probes (default: one per visible GPU; 2 gloo ranks without a GPU)")
     p.add_argument("--timeout", type=float, default=300.0, help="time limit in seconds for each multi-rank run or build (default 300)")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit code 1)")
     p.add_argument("--python", default=sys.executable, help="the Python of the training environment (default: this one)")
@@ -44,10 +46,12 @@ def add_check_arguments(p) -> None:
 
 
 def options_from_args(args) -> Options:
-    return Options.from_env(
+    options = Options.from_env(
         nproc=args.nproc, timeout=args.timeout, python=args.python, nnodes=args.nnodes, node_rank=args.node_rank,
         master_addr=args.master_addr, master_port=args.master_port, config=args.config, model=args.model,
         deepspeed=args.deepspeed, trust_remote_code=args.trust_remote_code)
+    options.rehearse = bool(getattr(args, "rehearse", False))
+    return options
 
 
 def exit_code(results, strict: bool) -> int:

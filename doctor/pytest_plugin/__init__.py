@@ -44,7 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mgft-doctor-trust-remote-code", action="store_true", default=False,
                     dest="mgft_doctor_trust_remote_code", help="allow the model's own Python code to run")
     group.addoption("--mgft-doctor-nproc", type=_positive_int, default=None, metavar="N", dest="mgft_doctor_nproc",
-                    help="ranks for the multi-rank probes (default: visible GPUs, at least 2)")
+                    help="ranks for the multi-rank probes (default: one per visible GPU; 2 gloo ranks without a GPU)")
     group.addoption("--mgft-doctor-timeout", type=_positive_float, default=None, metavar="SECONDS",
                     dest="mgft_doctor_timeout",
                     help="time limit of each multi-rank run or build, and of mgft_ranks "
