@@ -4,15 +4,14 @@ be read or parsed is one clear line (exit code 2)."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-import yaml
-
 from ..errors import InputError
+from .reading import (DS_EXPECT, MAX_YAML_VALUES, YAML_EXPECT, check_expected, check_tree, describe, parse_json,
+                      parse_yaml, path_is_file, read_text, why_not_file)
 
 
 @dataclass
@@ -24,6 +23,12 @@ class RunConfig:
     ds: dict | None = None
     ds_error: str | None = None  # the YAML names a DeepSpeed config that cannot be used
     model: str | None = None
+    yaml_text: str | None = None  # the files' text as read (fix diffs and rewrites exactly this)
+    ds_text: str | None = None
+    ds_from_cwd: bool = False  # ds_path is the file LLaMA-Factory opens when started from here
+    ds_base: str | None = None  # else the folder (the YAML's or a parent) it was found relative to
+    ds_inline: bool = False  # the YAML's `deepspeed:` is the DeepSpeed config itself
+    for_initialize: bool = False  # fix --no-trainer: the JSON goes to deepspeed.initialize, no Trainer fills "auto"
 
     @property
     def zero(self) -> dict:
@@ -37,7 +42,7 @@ class RunConfig:
             return 0
         try:
             return int(stage)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
 
     def offload_device(self, which: str) -> str | None:
@@ -86,96 +91,100 @@ class RunConfig:
         return None
 
 
-def _read_text(path: str, what: str) -> str:
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{path}: no such file ({what})")
-    if p.is_dir():
-        raise InputError(f"{path}: is a directory, not a {what}")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})")
-    if b"\x00" in data[:4096]:
-        raise InputError(f"{path}: looks like binary data, not a {what}")
-    return data.decode("utf-8", "replace")
-
-
 def read_yaml(path: str) -> dict:
-    text = _read_text(path, "LLaMA-Factory YAML")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        raise InputError(f"{path}: not valid YAML ({where}{getattr(exc, 'problem', None) or exc})")
+    return yaml_mapping(read_text(path, "LLaMA-Factory YAML"), path)
+
+
+def yaml_mapping(text: str, path: str) -> dict:
+    """A LLaMA-Factory train YAML: a mapping whose known keys hold what LLaMA-Factory types them as."""
+    data = parse_yaml(text, path)
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise InputError(f"{path}: a LLaMA-Factory config must be a mapping of keys, got {type(data).__name__}")
+        raise InputError(f"{path}: a LLaMA-Factory config must be a mapping of keys, got {describe(data)}")
+    check_tree(data, path, limit=MAX_YAML_VALUES)
+    check_expected(data, YAML_EXPECT, path)
     return data
 
 
 def read_ds_json(path: str) -> dict:
-    text = _read_text(path, "DeepSpeed JSON")
-    try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})")
-    except ValueError as exc:
-        raise InputError(f"{path}: {exc}")
+    return check_ds(parse_json(read_text(path, "DeepSpeed JSON"), path), path)
+
+
+def check_ds(data, path: str, prefix: str = "") -> dict:
+    """A DeepSpeed config (a file's, or inline under `deepspeed:` with prefix "deepspeed.") whose
+    sections are mappings and whose batch sizes are numbers or "auto"."""
     if not isinstance(data, dict):
-        raise InputError(f"{path}: a DeepSpeed config must be a JSON object")
+        where = f"{prefix.rstrip('.')}: " if prefix else ""
+        raise InputError(f"{path}: {where}a DeepSpeed config must be a JSON object, got {describe(data)}")
+    check_tree(data, path, tuple(prefix.rstrip(".").split(".")) if prefix else ())
+    check_expected(data, DS_EXPECT, path, prefix)
     return data
 
 
-def _no_duplicates(pairs):
-    seen = {}
-    for k, v in pairs:
-        if k in seen:
-            raise ValueError(f"duplicate key {k!r} (DeepSpeed rejects it)")
-        seen[k] = v
-    return seen
-
-
-def resolve_ds_path(ref: str, yaml_path: str | None) -> str | None:
-    """LLaMA-Factory resolves `deepspeed:` against the directory it is started from (usually its
-    checkout); try that, then the YAML's folder and its parents."""
-    candidates = [Path(ref)]
+def resolve_ds_path(ref: str, yaml_path: str | None) -> tuple[str | None, str | None]:
+    """(the file, the folder it was found relative to; None: as written, the file LLaMA-Factory
+    opens when started here). LLaMA-Factory hands `deepspeed:` as a plain string to transformers,
+    which opens it relative to the current directory: that file, when it exists, is the run's.
+    Otherwise the YAML's folder and its parents are tried with the whole relative path (the
+    LLaMA-Factory checkout the YAML sits in, `examples/deepspeed/...`), never a same-named file
+    elsewhere."""
+    if path_is_file(ref):
+        return ref, None
     if yaml_path and not os.path.isabs(ref):
-        base = Path(yaml_path).resolve().parent
-        for folder in [base, *base.parents]:
-            candidates.append(folder / ref)
-            candidates.append(folder / Path(ref).name)
-    for c in candidates:
-        if c.is_file():
-            return str(c)
-    return None
+        for folder in Path(os.path.abspath(yaml_path)).parents:
+            if path_is_file(str(folder / ref)):
+                return str(folder / ref), str(folder)
+    return None, None
 
 
 def load_run_config(config: str | None, deepspeed: str | None = None, model: str | None = None) -> RunConfig:
     rc = RunConfig(model=model)
     if config:
-        if config.endswith(".json"):
-            rc.ds_path = config
-            rc.ds = read_ds_json(config)
+        if config.lower().endswith(".json"):
+            _load_ds_file(rc, config)
         else:
-            rc.yaml_path = config
-            rc.yaml = read_yaml(config)
-            rc.model = model or rc.yaml.get("model_name_or_path")
-            ref = rc.yaml.get("deepspeed")
-            if ref and not deepspeed:
-                rc.ds_ref = str(ref)
-                found = resolve_ds_path(str(ref), config)
-                if found is None:
-                    rc.ds_error = f"the DeepSpeed config {ref!r} named in {config} was not found"
-                else:
-                    rc.ds_path = found
-                    try:
-                        rc.ds = read_ds_json(found)
-                    except InputError as exc:
-                        rc.ds_error = str(exc)
+            _load_yaml(rc, config, use_its_deepspeed=not deepspeed)
     if deepspeed:
-        rc.ds_path = deepspeed
-        rc.ds = read_ds_json(deepspeed)
+        _load_ds_file(rc, deepspeed)
     return rc
+
+
+def _load_ds_file(rc: RunConfig, path: str, from_cwd: bool = True) -> None:
+    rc.ds_path, rc.ds_from_cwd = path, from_cwd
+    rc.ds_text = read_text(path, "DeepSpeed JSON")
+    rc.ds = check_ds(parse_json(rc.ds_text, path), path)
+
+
+def _load_yaml(rc: RunConfig, path: str, use_its_deepspeed: bool) -> None:
+    """The YAML, and the DeepSpeed config it names (a file, or a mapping inline); a named config
+    that cannot be used is rc.ds_error, which config.deepspeed reports."""
+    rc.yaml_path = path
+    rc.yaml_text = read_text(path, "LLaMA-Factory YAML")
+    rc.yaml = yaml_mapping(rc.yaml_text, path)
+    rc.model = rc.model or rc.yaml.get("model_name_or_path")
+    ref = rc.yaml.get("deepspeed")
+    if not ref or not use_its_deepspeed:
+        return
+    if isinstance(ref, dict):  # TrainingArguments takes the DeepSpeed config itself as well
+        rc.ds_inline, rc.ds_path = True, f"{path} (inline deepspeed:)"
+        try:
+            rc.ds = check_ds(ref, path, "deepspeed.")
+        except InputError as exc:
+            rc.ds_error = str(exc)
+        return
+    rc.ds_ref = ref
+    found, rc.ds_base = resolve_ds_path(ref, path)
+    if found is None:
+        rc.ds_error = f"the DeepSpeed config {_clip(ref)} named in {path} {why_not_file(ref)}"
+        return
+    try:
+        _load_ds_file(rc, found, from_cwd=rc.ds_base is None)
+    except InputError as exc:
+        rc.ds_path, rc.ds, rc.ds_text = found, None, None
+        rc.ds_error = str(exc)
+
+
+def _clip(ref: str, limit: int = 120) -> str:
+    text = repr(ref)
+    return text if len(text) <= limit else text[: limit - 2] + "…'"
