@@ -106,6 +106,10 @@ def run(ctx: Context):
     o = ctx.options
     gpu = ctx.facts.gpu_count > 0
     ops = (ctx.run_config or RunConfig()).deepspeed_ops(gpu)
+    if not ops:
+        return verdict("nothing to JIT-build for this run: the HF Trainer supplies a torch optimizer (no optimizer "
+                       "section in the DeepSpeed JSON, no offload) or the run does not use DeepSpeed",
+                       metrics={"ops": {}}, details=["ops this run needs: none"])
     cache_root = os.path.join(o.cache_dir, "torch_extensions")
     os.makedirs(cache_root, exist_ok=True)
     deadline = time.monotonic() + o.timeout

@@ -194,15 +194,38 @@ def test_key_error_line_prefers_the_compiler_over_ninja():
 
 
 def test_needed_ops_follow_the_run_config(tmp_path):
+    """The ops DeepSpeed really builds: an Adam optimizer section -> FusedAdam on GPUs, DeepSpeedCPUAdam
+    when offloaded; no section under the HF Trainer -> the Trainer's torch optimizer (nothing built),
+    except with offload, where accelerate swaps it for DeepSpeedCPUAdam; NVMe -> async_io."""
+    import json
+
     from mgft_doctor.runconfig import RunConfig, load_run_config
 
-    ds = tmp_path / "ds.json"
-    ds.write_text('{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}}')
-    rc = load_run_config(str(ds))
-    assert [n for n, _ in RunConfig().deepspeed_ops(gpu=True)] == ["fused_adam"]
+    def ops(ds: dict, gpu: bool, yaml: bool = True) -> list[str]:
+        (tmp_path / "ds.json").write_text(json.dumps(ds))
+        if yaml:
+            (tmp_path / "train.yaml").write_text("model_name_or_path: m\nstage: sft\ndeepspeed: ds.json\n")
+            rc = load_run_config(str(tmp_path / "train.yaml"))
+        else:
+            rc = load_run_config(str(tmp_path / "ds.json"))
+        return [n for n, _ in rc.deepspeed_ops(gpu)]
+
+    z3 = {"zero_optimization": {"stage": 3}}
+    adam = {"optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}
+    cpu_off = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    nvme_off = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}}
+    assert [n for n, _ in RunConfig().deepspeed_ops(gpu=True)] == ["fused_adam", "cpu_adam"]  # machine level
     assert [n for n, _ in RunConfig().deepspeed_ops(gpu=False)] == ["cpu_adam"]
-    assert [n for n, _ in rc.deepspeed_ops(gpu=True)] == ["fused_adam", "cpu_adam", "async_io"]
-    assert [n for n, _ in rc.deepspeed_ops(gpu=False)] == ["cpu_adam", "async_io"]
+    assert ops(z3, gpu=True) == []  # LLaMA-Factory's ds_z3_config.json: nothing JIT-built
+    assert ops({**z3, **adam}, gpu=True) == ["fused_adam"]
+    assert ops({**cpu_off, **adam}, gpu=True) == ["cpu_adam"]
+    assert ops(cpu_off, gpu=True) == ["cpu_adam"]  # accelerate: map_pytorch_optim_to_deepspeed
+    assert ops({**cpu_off, "zero_force_ds_cpu_optimizer": False}, gpu=True) == []
+    assert ops({**z3, "optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}, gpu=True) == []
+    assert ops(nvme_off, gpu=True) == ["cpu_adam", "async_io"]
+    assert ops({**z3, **adam}, gpu=False, yaml=False) == ["cpu_adam"]
+    (tmp_path / "plain.yaml").write_text("model_name_or_path: m\nstage: sft\n")
+    assert load_run_config(str(tmp_path / "plain.yaml")).deepspeed_ops(gpu=True) == []  # no DeepSpeed at all
 
 
 @pytest.mark.slow

@@ -71,14 +71,36 @@ class RunConfig:
         return load_model_config(self.model)
 
     def deepspeed_ops(self, gpu: bool) -> list[tuple[str, str]]:
-        """The DeepSpeed ops this run builds on this machine (GPUs, or the CPU accelerator without
-        them), each once with the reason: deepspeed.install checks their toolchain, deepspeed.ops
-        builds them."""
-        ops = [("fused_adam", "DeepSpeed's Adam on GPUs (an optimizer in the DeepSpeed config); proves the CUDA toolchain")
-               if gpu else ("cpu_adam", "DeepSpeed's Adam on the CPU accelerator (no GPU: DS_ACCELERATOR=cpu)")]
-        opt_dev = self.offload_device("offload_optimizer")
-        if gpu and opt_dev in ("cpu", "nvme"):
-            ops.append(("cpu_adam", f"offload_optimizer to {opt_dev}: the optimizer steps on the CPU with DeepSpeedCPUAdam"))
+        """The DeepSpeed ops this run JIT-builds on this machine, each once with the reason, as
+        DeepSpeed and the HF Trainer/accelerate choose them (deepspeed/runtime/engine.py
+        _configure_basic_optimizer and get_optimizer_configuration; transformers'
+        deepspeed_optim_sched; accelerate's map_pytorch_optim_to_deepspeed): deepspeed.install checks
+        their toolchain, deepspeed.ops builds them. Without a run config: the machine-level set."""
+        if self.ds is None:
+            if self.yaml_path:
+                return []  # a run without DeepSpeed builds no DeepSpeed op
+            if not gpu:
+                return [("cpu_adam", "DeepSpeed's Adam on the CPU accelerator (no GPU: DS_ACCELERATOR=cpu)")]
+            return [("fused_adam", "runs whose DeepSpeed JSON names an Adam optimizer (no offload) build it; proves the CUDA toolchain"),
+                    ("cpu_adam", "runs that offload the optimizer to the CPU build it")]
+        ops: list[tuple[str, str]] = []
+        opt = self.ds.get("optimizer")
+        opt = opt if isinstance(opt, dict) else None
+        kind = str((opt or {}).get("type", "")).lower()
+        params = (opt or {}).get("params")
+        torch_adam = isinstance(params, dict) and params.get("torch_adam") is True
+        offloaded = self.offload_device("offload_optimizer") in ("cpu", "nvme")
+        if opt is not None and kind in ("adam", "adamw") and not torch_adam:
+            if offloaded:
+                ops.append(("cpu_adam", f"the DeepSpeed JSON's {opt.get('type')} optimizer with offload_optimizer to "
+                            f"{self.offload_device('offload_optimizer')}: DeepSpeedCPUAdam"))
+            elif gpu:
+                ops.append(("fused_adam", f"the DeepSpeed JSON's {opt.get('type')} optimizer on GPUs: FusedAdam"))
+            else:
+                ops.append(("cpu_adam", f"the DeepSpeed JSON's {opt.get('type')} optimizer on the CPU accelerator"))
+        elif opt is None and offloaded and self.ds.get("zero_force_ds_cpu_optimizer", True) is not False:
+            ops.append(("cpu_adam", "no optimizer in the DeepSpeed JSON and offload_optimizer on: accelerate swaps the "
+                        "Trainer's torch optimizer for DeepSpeedCPUAdam"))
         if "nvme" in self.offload:
             ops.append(("async_io", "offload to NVMe: DeepSpeed swaps tensors through libaio"))
         return ops
