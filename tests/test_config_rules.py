@@ -1,8 +1,8 @@
-"""The DeepSpeed/YAML rules and `mgft-doctor fix` on real config files."""
+"""The DeepSpeed/YAML rules on real config files (fix: test_cli_fix.py; the readers:
+test_runconfig_readers.py)."""
 
 import json
 
-import pytest
 
 from mgft_doctor.catalog import load_catalog
 from mgft_doctor.runconfig import codes, load_run_config
@@ -93,27 +93,3 @@ def test_ds_path_resolved_like_llamafactory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # not the LLaMA-Factory root: found through the YAML's parents
     rc = load_run_config(str(yml))
     assert rc.ds is not None and rc.zero_stage == 3
-
-
-def test_fix_shows_diff_and_writes_only_when_asked(tmp_path, run_doctor):
-    cfg = dict(Z3_AUTO)
-    cfg["zero_optimization"] = {"stage": 3}
-    ds = write(tmp_path, "ds.json", cfg)
-    original = open(ds).read()
-    code, out, err = run_doctor("fix", ds, "--world-size", "4")
-    assert code == 1 and '+  "train_batch_size": 4' in out and "stage3_gather_16bit_weights_on_model_save" in out
-    assert open(ds).read() == original  # nothing changed without --write
-    code, out, err = run_doctor("fix", ds, "--world-size", "4", "--write")
-    assert code == 0 and open(ds + ".bak").read() == original
-    fixed = json.load(open(ds))
-    assert fixed["train_batch_size"] == 4 and fixed["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
-    code, out, err = run_doctor("fix", ds, "--world-size", "4", "--write")
-    assert code == 0 and "nothing to repair" in out
-
-
-@pytest.mark.parametrize("content,words", [("{not json", "not valid JSON"), ('{"a": 1, "a": 2}', "duplicate key")])
-def test_fix_bad_json_is_one_line(tmp_path, run_doctor, content, words):
-    p = tmp_path / "ds.json"
-    p.write_text(content)
-    code, out, err = run_doctor("fix", str(p))
-    assert code == 2 and words in err and len(err.strip().splitlines()) == 1

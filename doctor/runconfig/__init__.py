@@ -148,13 +148,14 @@ def resolve_ds_path(ref: str, yaml_path: str | None) -> tuple[str | None, str | 
     """(the file, the folder it was found relative to; None: as written, the file LLaMA-Factory
     opens when started here). LLaMA-Factory hands `deepspeed:` as a plain string to transformers,
     which opens it relative to the current directory: that file, when it exists, is the run's.
-    Otherwise the YAML's folder and its parents are tried with the whole relative path (the
+    Otherwise the YAML's folder (a bare name) or its parents (a path with folders: the
     LLaMA-Factory checkout the YAML sits in, `examples/deepspeed/...`), never a same-named file
     elsewhere."""
     if path_is_file(ref):
         return ref, None
     if yaml_path and not os.path.isabs(ref):
-        for folder in Path(os.path.abspath(yaml_path)).parents:
+        folders = Path(os.path.abspath(yaml_path)).parents
+        for folder in folders if os.sep in ref else folders[:1]:
             if path_is_file(str(folder / ref)):
                 return str(folder / ref), str(folder)
     return None, None

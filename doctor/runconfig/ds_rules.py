@@ -1,6 +1,14 @@
 """Rules over a DeepSpeed JSON (and the LLaMA-Factory YAML that uses it): what is wrong, and
 the repair. The config probes report the problems; `mgft-doctor fix` applies the repairs.
-Each rule is a function (RunConfig, world_size, gpu_bf16) -> list[Problem]."""
+Each rule is a function (RunConfig, world_size, gpu_bf16) -> list[Problem].
+
+A repair is labelled as ruff labels its fixes: safe (the run keeps its meaning: a flag that
+only saves what training made, "auto" where the Trainer fills the value from the YAML) or
+unsafe (the doctor picks a number the user did not write: a global batch, a time limit, a
+learning rate); `fix` applies the unsafe ones only with --unsafe. "auto" in a JSON that the HF
+Trainer, accelerate or LLaMA-Factory read is legal and never replaced; only `fix --no-trainer`
+(a script that hands the JSON to deepspeed.initialize) writes numbers for it. No repair turns
+mixed precision off."""
 
 from __future__ import annotations
 
@@ -13,6 +21,8 @@ from . import RunConfig, codes
 
 AUTO_KEYS_INFO = "the HF Trainer (and accelerate) replace \"auto\" from TrainingArguments; deepspeed.initialize does not"
 HUGE_DDP_TIMEOUT_S = 6 * 3600
+BOUNDED_DDP_TIMEOUT_S = 7200  # what the repair of a huge ddp_timeout writes (unsafe: it may be too short)
+REMOVE = object()  # a repair value: drop the key, DeepSpeed's own default or derivation applies
 
 
 @dataclass
@@ -21,8 +31,14 @@ class Problem:
     message: str
     fix: str
     severity: str = "fail"  # 'fail' or 'warn'
-    repair: Callable[[dict], None] | None = None  # edits the DeepSpeed dict in place
+    repair: Callable[[dict], None] | None = None  # edits the `target` config dict in place
     paths: list[str] = field(default_factory=list)
+    safe: bool = False  # ruff's label: unsafe repairs (picked numbers) need `fix --unsafe`
+    target: str = "deepspeed"  # the file the repair edits: "deepspeed" (the JSON) or "yaml"
+
+    @property
+    def label(self) -> str:
+        return "no automatic repair" if self.repair is None else ("safe" if self.safe else "unsafe")
 
 
 def _auto_paths(node: Any, prefix: str = "") -> list[str]:
@@ -38,8 +54,13 @@ def _auto_paths(node: Any, prefix: str = "") -> list[str]:
 def _set(d: dict, path: str, value) -> None:
     keys = path.split(".")
     for k in keys[:-1]:
-        d = d.setdefault(k, {})
-    d[keys[-1]] = value
+        if not isinstance(d.get(k), dict):
+            d[k] = {}
+        d = d[k]
+    if value is REMOVE:
+        d.pop(keys[-1], None)
+    else:
+        d[keys[-1]] = value
 
 
 def _get(d: dict, path: str, default=None):
@@ -58,6 +79,13 @@ def _num(v) -> float | None:
     return None
 
 
+def _fill(values: dict) -> Callable[[dict], None]:
+    def repair(d: dict) -> None:
+        for path, value in values.items():
+            _set(d, path, value)
+    return repair
+
+
 def auto_values(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
     ds = rc.ds or {}
     paths = _auto_paths(ds)
@@ -65,45 +93,82 @@ def auto_values(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Proble
         return []
     if rc.yaml_path:
         return []  # LLaMA-Factory runs the HF Trainer, which fills every "auto"
-    micro = _num(ds.get("train_micro_batch_size_per_gpu")) or 1
-    gas = _num(ds.get("gradient_accumulation_steps")) or 1
-    values = {
-        "train_micro_batch_size_per_gpu": int(micro), "gradient_accumulation_steps": int(gas),
-        "train_batch_size": int(micro * gas * world), "gradient_clipping": 1.0,
-        "fp16.enabled": False, "bf16.enabled": bool(gpu_bf16),
-        "zero_optimization.reduce_bucket_size": 500_000_000,
-        "zero_optimization.stage3_prefetch_bucket_size": 50_000_000,
-        "zero_optimization.stage3_param_persistence_threshold": 100_000,
-        "zero_optimization.allgather_bucket_size": 500_000_000,
-    }
+    message = (f"{len(paths)} value(s) are \"auto\" ({', '.join(paths[:6])}{'…' if len(paths) > 6 else ''}): "
+               f"assumed this JSON is used through the HF Trainer/accelerate/LLaMA-Factory, which fill them; "
+               f"{AUTO_KEYS_INFO}, so a script calling it directly fails")
+    if not rc.for_initialize:
+        return [Problem(
+            codes.DS_AUTO_OUTSIDE_TRAINER, message,
+            "Keep \"auto\" for HF Trainer / LLaMA-Factory runs (plain `mgft-doctor fix` never replaces it); for a "
+            "script that calls deepspeed.initialize itself, set the numbers the run uses (`mgft-doctor fix CONFIG "
+            "--no-trainer` writes DeepSpeed's defaults, and with --unsafe also picks batch sizes, learning rates "
+            "and step counts).", "warn", None, paths)]
+    safe, unsafe = _initialize_values(ds, paths, world, gpu_bf16)
+    left = [p for p in paths if p not in safe and p not in unsafe]
+    out = []
+    for is_safe, values in ((True, safe), (False, unsafe)):
+        if values:
+            out.append(Problem(
+                codes.DS_AUTO_OUTSIDE_TRAINER, f"{message}; for deepspeed.initialize: "
+                + ", ".join(f"{p} -> {'(removed: DeepSpeed derives it)' if v is REMOVE else v}" for p, v in values.items()),
+                "Set numbers for deepspeed.initialize (no Trainer fills \"auto\").", "warn", _fill(values), list(values),
+                safe=is_safe))
+    if left:
+        out.append(Problem(codes.DS_AUTO_OUTSIDE_TRAINER, f"\"auto\" with no known value for deepspeed.initialize: "
+                           f"{', '.join(left)}", "Replace each with the number the run uses.", "warn", None, left))
+    return out
 
-    def repair(d: dict) -> None:
-        for p in _auto_paths(d):
-            if p in values:
-                _set(d, p, values[p])
-            elif p.endswith(".lr") or p.endswith("warmup_max_lr"):
-                _set(d, p, 1e-5)
-            elif p.endswith("warmup_min_lr"):
-                _set(d, p, 0.0)
-            elif p.endswith("warmup_num_steps"):
-                _set(d, p, 0)
-            elif p.endswith("total_num_steps"):
-                _set(d, p, 1000)
-            elif p.endswith("weight_decay"):
-                _set(d, p, 0.0)
-            elif p.endswith("betas"):
-                _set(d, p, [0.9, 0.999])
-            elif p.endswith("eps"):
-                _set(d, p, 1e-8)
 
-    return [Problem(
-        codes.DS_AUTO_OUTSIDE_TRAINER,
-        f"{len(paths)} value(s) are \"auto\" ({', '.join(paths[:6])}{'…' if len(paths) > 6 else ''}): "
-        f"assumed this JSON is used through the HF Trainer/accelerate/LLaMA-Factory, which fill them; "
-        f"{AUTO_KEYS_INFO}, so a script calling it directly fails",
-        f"Keep \"auto\" for HF Trainer / LLaMA-Factory runs; for deepspeed.initialize, set numbers "
-        f"(`mgft-doctor fix CONFIG --world-size {world}` writes them).",
-        "warn", repair, paths)]
+_DEEPSPEED_DEFAULTS = ("zero_optimization.reduce_bucket_size", "zero_optimization.stage3_prefetch_bucket_size",
+                       "zero_optimization.stage3_param_persistence_threshold", "zero_optimization.allgather_bucket_size")
+_PICKED = {  # HF TrainingArguments' defaults, which a Trainer run would have used: numbers the user did not write
+    "gradient_clipping": 1.0, "optimizer.params.lr": 1e-5, "optimizer.params.betas": [0.9, 0.999],
+    "optimizer.params.eps": 1e-8, "optimizer.params.weight_decay": 0.0, "scheduler.params.warmup_min_lr": 0,
+    "scheduler.params.warmup_max_lr": 1e-5, "scheduler.params.warmup_num_steps": 0,
+    "scheduler.params.total_num_steps": 1000,
+}
+_BATCH = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+def _initialize_values(ds: dict, paths: list[str], world: int, gpu_bf16: bool | None) -> tuple[dict, dict]:
+    """(safe, unsafe) values for the "auto" paths under deepspeed.initialize: DeepSpeed's own
+    defaults and derivations are safe (the key is removed); precision follows the GPUs when they
+    are known (unsafe when assumed); batch sizes, clipping, learning rates, steps are picked."""
+    safe, unsafe = {}, {}
+    for p in paths:
+        if p in _DEEPSPEED_DEFAULTS or p in _BATCH:
+            safe[p] = REMOVE
+        elif p in _PICKED:
+            unsafe[p] = _PICKED[p]
+    if not any(_num(ds.get(k)) is not None for k in _BATCH) and any(p in _BATCH for p in paths):
+        unsafe["train_micro_batch_size_per_gpu"] = 1  # DeepSpeed needs one of the three
+        safe.pop("train_micro_batch_size_per_gpu", None)
+    autos = [p for p in ("bf16.enabled", "fp16.enabled") if p in paths]
+    if autos:
+        chosen, known = _precision_for(ds, gpu_bf16)
+        for p in autos:
+            (safe if known else unsafe)[p] = p.startswith(chosen)
+    return safe, unsafe
+
+
+def _precision_for(ds: dict, gpu_bf16: bool | None) -> tuple[str, bool]:
+    """('bf16' or 'fp16', decided by what the JSON or the GPUs say): never fp32 when the JSON asks
+    for mixed precision with "auto"."""
+    if _get(ds, "bf16.enabled") is True:
+        return "bf16", True
+    if _get(ds, "fp16.enabled") is True:
+        return "fp16", True
+    if gpu_bf16 is False or _get(ds, "bf16.enabled") is False:
+        return "fp16", gpu_bf16 is not None or _get(ds, "bf16.enabled") is False
+    return "bf16", gpu_bf16 is True
+
+
+def bf16_enters(rc: RunConfig) -> bool:
+    """Whether the GPUs' bf16 decides a repair or its label (fix reads the GPUs only then)."""
+    ds = rc.ds or {}
+    both = _get(ds, "fp16.enabled") is True and _get(ds, "bf16.enabled") is True
+    auto = any(p in ("bf16.enabled", "fp16.enabled") for p in _auto_paths(ds))
+    return not rc.yaml_path and (both or (rc.for_initialize and auto))
 
 
 _HF_NAME = {"train_micro_batch_size_per_gpu": "per_device_train_batch_size",
@@ -125,7 +190,7 @@ def batch_arithmetic(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[P
                     "'Please correct the following DeepSpeed config values that mismatch TrainingArguments values:"
                     f"\n- ds {key}={ds.get(key)} vs hf {_HF_NAME[key]}={y_v}'",
                     f"Set \"{key}\": \"auto\" in the DeepSpeed JSON (the Trainer fills it from the YAML).",
-                    "fail", lambda d, key=key: d.__setitem__(key, "auto")))
+                    "fail", _fill({key: "auto"}), safe=True))
         if tb is not None and isinstance(y_micro, int) and isinstance(y_gas, int) and tb != y_micro * y_gas * world:
             out.append(Problem(
                 codes.DS_HF_MISMATCH,
@@ -134,7 +199,7 @@ def batch_arithmetic(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[P
                 f"DeepSpeed config values that mismatch TrainingArguments values:\n- ds train_batch_size={ds.get('train_batch_size')}"
                 f" vs hf train_batch_size (calculated)={y_micro * y_gas * world}'",
                 "Set \"train_batch_size\": \"auto\" in the DeepSpeed JSON.", "fail",
-                lambda d: d.__setitem__("train_batch_size", "auto")))
+                _fill({"train_batch_size": "auto"}), safe=True))
         return out
     if tb is not None and micro is not None and gas is not None and tb != micro * gas * world:
         out.append(Problem(
@@ -143,7 +208,7 @@ def batch_arithmetic(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[P
             f"world size {world} = {micro * gas * world:g}: DeepSpeed asserts 'Check batch related parameters'",
             f"Make train_batch_size = micro × accumulation × GPUs ({micro * gas * world:g} on {world} GPU(s)), or give only "
             "two of the three and let DeepSpeed derive the third.", "fail",
-            lambda d: d.__setitem__("train_batch_size", int(micro * gas * world))))
+            _fill({"train_batch_size": int(micro * gas * world)})))  # unsafe: the global batch changes
     elif tb is not None and micro is not None and gas is None and tb % (micro * world):
         out.append(Problem(
             codes.DS_BATCH_ARITHMETIC,
@@ -158,9 +223,7 @@ def precision(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]
     bf16 = _get(ds, "bf16.enabled") is True
     out = []
     if fp16 and bf16:
-        out.append(Problem(codes.DS_CONFIG_INVALID, "fp16.enabled and bf16.enabled are both true: DeepSpeed refuses both",
-                           "Enable one of them (bf16 on Ampere or newer).", "fail",
-                           lambda d: _set(d, "fp16.enabled", False)))
+        out.append(_both_precisions(rc, gpu_bf16))
     wants_bf16 = bf16 or rc.yaml.get("bf16") is True or rc.yaml.get("pure_bf16") is True
     if wants_bf16 and gpu_bf16 is False:
         out.append(Problem(codes.BF16_UNSUPPORTED, "bf16 is asked for but these GPUs have no bf16 (compute capability < 8.0)",
@@ -168,11 +231,27 @@ def precision(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]
     return out
 
 
+def _both_precisions(rc: RunConfig, gpu_bf16: bool | None) -> Problem:
+    """fp16 and bf16 both on: under a YAML that names its precision, "auto" for both lets the
+    Trainer take it (safe); alone, keep bf16 where the GPUs have it (safe when they are known)."""
+    message = "fp16.enabled and bf16.enabled are both true: DeepSpeed refuses both"
+    if rc.yaml_path:
+        if any(rc.yaml.get(k) is True for k in ("bf16", "fp16", "pure_bf16")):
+            return Problem(codes.DS_CONFIG_INVALID, message, "Set both to \"auto\": the Trainer takes the YAML's precision.",
+                           "fail", _fill({"fp16.enabled": "auto", "bf16.enabled": "auto"}), safe=True)
+        return Problem(codes.DS_CONFIG_INVALID, message, "Say the precision in the YAML (bf16: true on Ampere or newer, "
+                       "else fp16: true) and set both to \"auto\" in the JSON.", "fail")
+    keep = "fp16" if gpu_bf16 is False else "bf16"
+    drop = "bf16" if keep == "fp16" else "fp16"
+    return Problem(codes.DS_CONFIG_INVALID, message, f"Enable one of them ({keep} on these GPUs; bf16 on Ampere or newer).",
+                   "fail", _fill({f"{drop}.enabled": False}), safe=gpu_bf16 is not None)
+
+
 def zero_sections(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
     z = rc.zero
     out = []
     stage = z.get("stage", 0)
-    if not isinstance(stage, int) or stage not in (0, 1, 2, 3):
+    if not isinstance(stage, int) or isinstance(stage, bool) or stage not in (0, 1, 2, 3):
         out.append(Problem(codes.DS_CONFIG_INVALID, f"zero_optimization.stage is {stage!r}; DeepSpeed knows 0, 1, 2, 3",
                            "Set an integer stage: 2 shards gradients and optimizer states, 3 the parameters too.", "fail"))
         return out
@@ -193,24 +272,27 @@ def zero_sections(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Prob
                 "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: true: save_model() writes no usable "
                 "weights (empty/size-0 tensors, a 40-byte adapter) and you must rebuild them with zero_to_fp32.py",
                 "Set \"stage3_gather_16bit_weights_on_model_save\": true in zero_optimization.", "warn",
-                lambda d: _set(d, "zero_optimization.stage3_gather_16bit_weights_on_model_save", True)))
+                _fill({"zero_optimization.stage3_gather_16bit_weights_on_model_save": True}), safe=True))
     return out
 
 
 def yaml_rules(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
     out = []
     if rc.ds_error:
+        unreadable = rc.ds_path is not None or rc.ds_inline  # found, but its content cannot be used
         out.append(Problem(codes.DS_CONFIG_INVALID, rc.ds_error,
+                           "Correct that value: DeepSpeed and the HF Trainer read the config as it is." if unreadable else
                            "Give the path as llamafactory-cli will see it from its working directory "
                            "(e.g. examples/deepspeed/ds_z3_config.json) or an absolute path.", "fail"))
     timeout = rc.yaml.get("ddp_timeout")
-    if isinstance(timeout, (int, float)) and timeout > HUGE_DDP_TIMEOUT_S:
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > HUGE_DDP_TIMEOUT_S:
         out.append(Problem(
             codes.NCCL_WATCHDOG_TIMEOUT,
             f"ddp_timeout: {timeout:g} s ({timeout / 86400:,.0f} days): a rank that hangs in a collective never times out, "
             "the job burns GPU hours silently instead of failing",
             "Use a bound that covers your longest data preprocessing, e.g. ddp_timeout: 7200, and preprocess once with "
-            "tokenized_path so ranks do not wait on rank 0.", "warn"))
+            "tokenized_path so ranks do not wait on rank 0.", "warn",
+            _fill({"ddp_timeout": BOUNDED_DDP_TIMEOUT_S}), target="yaml"))  # unsafe: a bound the doctor picks
     return out
 
 
@@ -327,15 +409,50 @@ def check(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
     for rule in RULES:
         if rule is yaml_rules or rc.ds is not None:
             out += rule(rc, world, gpu_bf16)
+    for p in out:
+        _say_repair(p, rc)
     return out
 
 
-def repaired(rc: RunConfig, world: int, gpu_bf16: bool | None) -> tuple[dict, list[Problem]]:
-    """A repaired copy of the DeepSpeed dict and the problems whose repair was applied."""
-    fixed = copy.deepcopy(rc.ds or {})
-    applied = []
+def _say_repair(p: Problem, rc: RunConfig) -> None:
+    """A repair that `fix` cannot write (the DeepSpeed config inline in the YAML) is none; the fix
+    text says how `mgft-doctor fix` repairs the others, so check and fix tell the same story."""
+    if p.repair is not None and p.target == "deepspeed" and rc.ds_inline:
+        p.repair = None
+    if p.repair is None or "mgft-doctor fix" in p.fix:
+        return
+    name = rc.yaml_path or rc.ds_path or "CONFIG"
+    how = f"mgft-doctor fix {name}" if p.safe else f"mgft-doctor fix --unsafe {name}"
+    p.fix = f"{p.fix} [{p.label} repair: {how}]"
+
+
+@dataclass
+class Repairs:
+    """What `fix` does with a run config: the repaired copies, and every problem sorted by what
+    happens to it (applied; held back as unsafe; no automatic repair)."""
+
+    deepspeed: dict | None
+    yaml: dict
+    applied: list[Problem] = field(default_factory=list)
+    held_back: list[Problem] = field(default_factory=list)
+    manual: list[Problem] = field(default_factory=list)
+
+
+def plan_repairs(rc: RunConfig, world: int, gpu_bf16: bool | None, unsafe: bool = False) -> Repairs:
+    """The repairs of check()'s problems: the safe ones, and the unsafe ones with unsafe=True."""
+    plan = Repairs(copy.deepcopy(rc.ds) if rc.ds is not None else None, copy.deepcopy(rc.yaml))
     for p in check(rc, world, gpu_bf16):
-        if p.repair is not None:
-            p.repair(fixed)
-            applied.append(p)
-    return fixed, applied
+        if p.repair is None or (p.target == "deepspeed" and plan.deepspeed is None):
+            plan.manual.append(p)
+        elif not (p.safe or unsafe):
+            plan.held_back.append(p)
+        else:
+            p.repair(plan.deepspeed if p.target == "deepspeed" else plan.yaml)
+            plan.applied.append(p)
+    return plan
+
+
+def repaired(rc: RunConfig, world: int, gpu_bf16: bool | None, unsafe: bool = True) -> tuple[dict, list[Problem]]:
+    """A repaired copy of the DeepSpeed dict and the problems whose repair was applied."""
+    plan = plan_repairs(rc, world, gpu_bf16, unsafe)
+    return plan.deepspeed or {}, [p for p in plan.applied if p.target == "deepspeed"]
