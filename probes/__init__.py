@@ -14,4 +14,5 @@ MODULES = (
     "config_memory",
     "config_zero3_guards",
     "zero3_model",
+    "rehearsal_run",
 )

@@ -15,8 +15,8 @@ from mgft_doctor.launch import script, worker_script, workers_dir
 from mgft_doctor.probes.workers import _protocol
 
 WORKERS = Path(workers_dir())
-SCRIPTS = ("allreduce", "ds_install", "ds_ops", "facts", "p2p", "run_function", "versions", "zero3_model")
-HELPERS = ("_protocol", "_shrink", "_ds_config", "_moe")
+SCRIPTS = ("allreduce", "ds_install", "ds_ops", "facts", "p2p", "rehearse", "run_function", "versions", "zero3_model")
+HELPERS = ("_protocol", "_shrink", "_ds_config", "_moe", "_mini_config", "_mini_data", "_peaks_site")
 
 
 def imported_modules(path: Path) -> list[tuple[str, int]]:
