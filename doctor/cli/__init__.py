@@ -5,6 +5,7 @@ a documented exit code, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and (near := _misspelt_command(argv[0])):
+        sys.stderr.write(f"mgft-doctor: unknown command {argv[0]!r}; did you mean {near!r}?\n")
+        return EXIT_USAGE
     if not argv or argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "check")
     parser = build_parser()
@@ -74,6 +78,15 @@ def _run(argv: list[str] | None) -> int:
         sys.stderr.write(f"mgft-doctor: internal error: {type(exc).__name__}: {exc} "
                          "(set MGFT_DOCTOR_DEBUG=1 for the traceback)\n")
         return EXIT_CRASH
+
+
+def _misspelt_command(word: str) -> str | None:
+    """The command a word misspells ('explian' -> 'explain'); never for a path or an option, which
+    go to check as they always did (`mgft-doctor train.yaml`)."""
+    if word in COMMANDS or word.startswith("-") or "/" in word or "." in word or os.path.exists(word):
+        return None
+    near = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    return near[0] if near else None
 
 
 def _dispatch(args) -> int:

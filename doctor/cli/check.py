@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 
 from rich.console import Console
 
 from ..check.context import Context, Options
-from ..errors import EXIT_CRASH, EXIT_FAILURE, EXIT_OK, DoctorError
+from ..errors import EXIT_CRASH, EXIT_FAILURE, EXIT_OK, DoctorError, InputError
+from ..runconfig.model_config import missing_model
+from ..runconfig.reading import path_is_file
 from ..check.probe import Status
 from ..check.registry import select
 from ..check.runner import run_all, would_skip
@@ -74,10 +77,52 @@ def list_probes(probes, ctx: Context | None) -> int:
     return EXIT_OK
 
 
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+_LOG_LINE = re.compile(r"Traceback \(most recent call last\)|^\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d|^\[rank\d+\]"
+                       r"|^\S*(?:INFO|WARNING|ERROR)\b|\d+%\|", re.M)
+
+
+def usage_mistakes(args) -> None:
+    """Mistakes of the command line that would give a green or a confusing result, as exit 2 with
+    a pointer: a --model that is not there, a log given where a run config goes."""
+    if args.model:
+        why = missing_model(args.model)
+        if why:
+            raise DoctorError(why)
+        if not os.path.exists(os.path.expanduser(args.model)):
+            sys.stderr.write(f"mgft-doctor: --model {args.model}: not a local folder, taken as a hub id (only its "
+                             "config.json is read, from the Hugging Face cache or the hub)\n")
+    config = args.config or ""
+    if _name_of_a_log(config):
+        raise DoctorError(f"{config}: a log file, not a run config; did you mean `mgft-doctor explain {config}`?")
+
+
+def _name_of_a_log(path: str) -> bool:
+    name = path.lower()
+    for packed in (".gz", ".bz2", ".xz"):
+        name = name.removesuffix(packed)
+    return name.endswith(LOG_SUFFIXES)
+
+
+def log_hint(config: str | None, exc: InputError) -> DoctorError:
+    """A config that cannot be read as one: when it reads like a training log, point at explain."""
+    if config and path_is_file(config):
+        try:
+            with open(config, "rb") as f:
+                head = f.read(1 << 16).decode("utf-8", "replace")
+        except OSError:
+            return exc
+        if _LOG_LINE.search(head):
+            return DoctorError(f"{config} reads like a training log, not a run config; did you mean "
+                               f"`mgft-doctor explain {config}`?")
+    return exc
+
+
 def run_check(args) -> int:
     from ..check.registry import all_probes
     from ..check.report import Progress, render_results
 
+    usage_mistakes(args)
     probes = all_probes()
     if args.list and not (args.config or args.deepspeed or args.model):
         return list_probes(probes, None)
@@ -88,7 +133,10 @@ def run_check(args) -> int:
     options.python = found
     ctx = Context(options)
     if options.config or options.deepspeed:
-        _ = ctx.run_config  # a broken YAML/JSON is bad input: exit 2 before any probe runs
+        try:
+            _ = ctx.run_config  # a broken YAML/JSON is bad input: exit 2 before any probe runs
+        except InputError as exc:
+            raise log_hint(options.config, exc) from None
     if args.list:
         return list_probes(probes, ctx)
     selected = select(probes, split_csv(args.only), split_csv(args.skip))
