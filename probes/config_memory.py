@@ -1,11 +1,12 @@
 """config.memory: memory per GPU and per host for this run under each ZeRO stage and offload,
-from the model's config.json (LoRA-aware, activations and logits included), against the GPUs
-and host RAM here. Says whether the configured stage fits and the cheapest one that does."""
+from the model's config.json (LoRA-aware, QLoRA's 4/8-bit base weights, activations and logits
+included), against the GPUs and host RAM here. Says whether the configured stage fits and the
+cheapest one that does."""
 
 from __future__ import annotations
 
 
-from mgft_doctor.runconfig import memory as me
+from mgft_doctor.runconfig import lf_rules, memory as me
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.facts import host_memory_bytes
 from mgft_doctor.check.probe import Finding, Probe, Status, verdict
@@ -60,12 +61,15 @@ def run(ctx: Context):
     ckpt = not y.get("disable_gradient_checkpointing", False)
     gpu_mem = min((d.get("total_memory", 0) for d in ctx.facts.devices), default=0) or DEFAULT_GPU_BYTES
     host = host_memory_bytes()
-    plans = me.plans(shape, world, per_node, micro, seq, lora, ckpt, flash)
+    quant = me.quantization_of(lf_rules.llamafactory_args(rc), cfg) if lora else None
+    plans = me.plans(shape, world, per_node, micro, seq, lora, ckpt, flash, quant)
     stage = rc.zero_stage if rc and rc.ds is not None else None
     chosen_off = offload_label(rc) if rc and rc.ds is not None else "none"
     details = [f"model {where}: {_count(shape.total_params)} parameters"
                + (f", MoE {shape.experts} experts" if shape.experts else "")
-               + (f"; LoRA rank {lora}" if lora else "; full fine-tuning"),
+               + (f"; LoRA rank {lora}" if lora else "; full fine-tuning")
+               + (f"; base weights {quant.describe()} on {_count(shape.quantizable_params)} linear weights "
+                  f"(embeddings, head, norms{', routed experts' if shape.experts else ''} stay 16-bit)" if quant else ""),
                f"{world} GPU(s) of {gpu_mem / GiB:.0f} GiB{' (assumed: none visible here)' if not gpus_here else ''}, "
                f"host {host / GiB:.0f} GiB" if host else "host memory unknown",
                f"micro batch {micro}, sequence {seq}, gradient checkpointing {'on' if ckpt else 'off'}, "
@@ -80,6 +84,7 @@ def run(ctx: Context):
         if ok_gpu and ok_host:
             fits.append(p)
     metrics = {"params": shape.total_params, "world_size": world,
+               "base_weights_GiB": round(me.frozen_weight_bytes(shape, quant) / GiB, 3),
                "plans": [{"stage": p.stage, "offload": p.offload, "gpu_GiB": round(p.gpu_bytes / GiB, 2),
                           "host_GiB": round(p.host_bytes / GiB, 2)} for p in plans]}
     best = fits[0] if fits else None

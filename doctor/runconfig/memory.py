@@ -1,8 +1,9 @@
 """Memory per GPU and per host for a fine-tune, from the model's config.json alone: parameter
 count by architecture, model states per ZeRO stage and offload (DeepSpeed's accounting:
-16 bytes per trained parameter with Adam in mixed precision), LoRA-aware, plus activations
-and logits (which DeepSpeed's estimators leave out) and a CUDA overhead. Pure arithmetic: no
-torch, no weights."""
+16 bytes per trained parameter with Adam in mixed precision), LoRA-aware, with the frozen base
+weights in 16 bits or quantized (QLoRA: bitsandbytes 4/8-bit, HQQ, EETQ, a GPTQ/AWQ checkpoint),
+plus activations and logits (which DeepSpeed's estimators leave out) and a CUDA overhead. Pure
+arithmetic: no torch, no weights."""
 
 from __future__ import annotations
 
@@ -49,6 +50,21 @@ class ModelShape:
         return dense_layers * per_dense + self.moe_layers * per_moe + embed + self.hidden
 
     @property
+    def quantizable_params(self) -> int:
+        """Weights of the nn.Linear layers a quantizer replaces (transformers' replace_with_bnb_linear
+        and its kind): attention, dense MLPs and shared experts. Embeddings, the output head and norms
+        stay 16-bit, and so do routed experts and routers, which transformers 5 keeps as fused
+        parameters and router modules (no nn.Linear to replace)."""
+        dense_layers = self.layers - self.moe_layers
+        moe_linear = 3 * self.hidden * self.shared_intermediate
+        return (self.layers * self.attention_params + dense_layers * self.mlp_params(False)
+                + self.moe_layers * moe_linear)
+
+    @property
+    def largest_linear_params(self) -> int:
+        return max(i * o for i, o in self.linear_shapes(False))
+
+    @property
     def largest_layer_params(self) -> int:
         per = self.attention_params + self.mlp_params(self.moe_layers > 0) + 2 * self.hidden
         return max(per, self.vocab * self.hidden)
@@ -89,6 +105,72 @@ def shape_from_config(cfg: dict) -> ModelShape:
     return shape
 
 
+# bytes per quantized weight, the quantizer's constants included
+BNB4_BLOCK = 64  # bitsandbytes 4-bit: one absmax per 64 weights
+BNB4_DOUBLE_BLOCK = 256  # double quantization: the absmax in 8 bits, one fp32 constant per 256 of them
+HQQ_GROUP = 64  # HQQ (LLaMA-Factory's HqqConfig): fp16 scale and zero per group of 64
+GPTQ_GROUP = 128  # GPTQ/AWQ checkpoints: fp16 scale + packed zero per group of 128 (the common group_size)
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """How the frozen base weights are stored: method ('bnb', 'hqq', 'eetq', 'gptq', 'awq'), bits."""
+
+    method: str
+    bits: int
+    double_quant: bool = True  # bnb 4-bit: LLaMA-Factory's double_quantization default
+
+    @property
+    def bytes_per_weight(self) -> float:
+        if self.method == "bnb" and self.bits == 4:
+            consts = (1 / BNB4_BLOCK + 4 / (BNB4_BLOCK * BNB4_DOUBLE_BLOCK)) if self.double_quant else 4 / BNB4_BLOCK
+            return 0.5 + consts
+        if self.method in ("bnb", "eetq") and self.bits == 8:
+            return 1.0  # int8 weights; one fp32/fp16 scale per output row is noise at these sizes
+        if self.method == "hqq":
+            return self.bits / 8 + 4 / HQQ_GROUP
+        return self.bits / 8 + 4 / GPTQ_GROUP
+
+    def describe(self) -> str:
+        extra = " (double quant)" if self.method == "bnb" and self.bits == 4 and self.double_quant else ""
+        return f"{self.method} {self.bits}-bit{extra}, {self.bytes_per_weight:.3f} byte/weight"
+
+
+def frozen_weight_bytes(shape: ModelShape, quant: Quantization | None = None) -> float:
+    """Bytes of the base weights that LoRA leaves frozen: 2 per parameter in bf16/fp16; quantized,
+    the replaced linear weights at the quantizer's size and the rest in 16 bits."""
+    if quant is None:
+        return 2.0 * shape.total_params
+    linear = shape.quantizable_params
+    return linear * quant.bytes_per_weight + 2.0 * (shape.total_params - linear)
+
+
+def dequant_buffer(shape: ModelShape, quant: Quantization | None) -> float:
+    """The 16-bit copy of one linear weight a quantized layer makes while it computes (per GPU)."""
+    return 2.0 * shape.largest_linear_params if quant is not None else 0.0
+
+
+def quantization_of(args: dict, cfg: dict | None) -> Quantization | None:
+    """How LLaMA-Factory will hold the base weights (model_utils/quantization.py
+    configure_quantization): a pre-quantized checkpoint as it is (fp8 and mxfp4 are de-quantized to
+    16 bits on load), else quantization_bit with bnb/hqq/eetq; None: 16-bit."""
+    q = (cfg or {}).get("quantization_config") or ((cfg or {}).get("text_config") or {}).get("quantization_config")
+    if isinstance(q, dict):
+        method = str(q.get("quant_method") or "").lower()
+        if method in ("fp8", "mxfp4"):
+            return None
+        if method == "bitsandbytes":
+            return Quantization("bnb", 4 if q.get("load_in_4bit") else 8, bool(q.get("bnb_4bit_use_double_quant")))
+        bits = q.get("bits") or (2 if method == "aqlm" else None)
+        return Quantization(method or "gptq", int(bits)) if isinstance(bits, int) else None
+    bit, method = args.get("quantization_bit"), str(args.get("quantization_method", "bnb"))
+    if not isinstance(bit, int) or isinstance(bit, bool) or method not in ("bnb", "hqq", "eetq"):
+        return None
+    if (method == "bnb" and bit not in (4, 8)) or (method == "eetq" and bit != 8):
+        return None  # LLaMA-Factory refuses these (config.llamafactory says so)
+    return Quantization(method, bit, args.get("double_quantization", True) is not False)
+
+
 @dataclass
 class Plan:
     stage: int
@@ -98,22 +180,23 @@ class Plan:
 
 
 def model_states(shape: ModelShape, stage: int, offload: str, gpus: int, gpus_per_node: int,
-                 lora_rank: int | None = None) -> tuple[float, float]:
-    """(GPU bytes, host bytes) of parameters, gradients and Adam states per GPU / per node."""
+                 lora_rank: int | None = None, quant: Quantization | None = None) -> tuple[float, float]:
+    """(GPU bytes, host bytes) of parameters, gradients and Adam states per GPU / per node; with
+    LoRA the frozen base weights are 16-bit or, with quant, quantized."""
     total = shape.total_params
     if lora_rank:
         per_layer = sum(i + o for i, o in shape.linear_shapes(shape.moe_layers > 0)) * lora_rank
         trainable = per_layer * shape.layers
-        frozen = total
+        frozen = frozen_weight_bytes(shape, quant)
         shard = gpus if stage == 3 else 1
-        gpu = 2 * frozen / shard + 16 * trainable / (gpus if stage >= 1 else 1)
+        gpu = frozen / shard + dequant_buffer(shape, quant) + 16 * trainable / (gpus if stage >= 1 else 1)
         host = 0.0
         if offload != "none":
-            gpu = 2 * frozen / shard + 4 * trainable
+            gpu = frozen / shard + dequant_buffer(shape, quant) + 4 * trainable
             host = 12 * trainable * gpus_per_node
             if offload == "optimizer+params" and stage == 3:
                 gpu = 4 * shape.largest_layer_params
-                host += 2 * frozen * HOST_BUFFER_FACTOR
+                host += frozen * HOST_BUFFER_FACTOR
         return gpu, host
     largest = 4 * shape.largest_layer_params
     if stage == 0:
@@ -145,11 +228,12 @@ def activations(shape: ModelShape, micro_batch: int, seq: int, checkpointing: bo
 
 
 def plans(shape: ModelShape, gpus: int, gpus_per_node: int, micro_batch: int, seq: int,
-          lora_rank: int | None, checkpointing: bool = True, flash: bool = True) -> list[Plan]:
+          lora_rank: int | None, checkpointing: bool = True, flash: bool = True,
+          quant: Quantization | None = None) -> list[Plan]:
     act = activations(shape, micro_batch, seq, checkpointing, flash) + CUDA_OVERHEAD
     out = []
     for stage, offload in ((0, "none"), (2, "none"), (2, "optimizer"), (3, "none"), (3, "optimizer"),
                            (3, "optimizer+params")):
-        gpu, host = model_states(shape, stage, offload, gpus, gpus_per_node, lora_rank)
+        gpu, host = model_states(shape, stage, offload, gpus, gpus_per_node, lora_rank, quant)
         out.append(Plan(stage, offload, gpu + act, host))
     return out
