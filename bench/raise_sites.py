@@ -1,0 +1,919 @@
+#!/usr/bin/env python3
+"""The libraries' own error sites, and which catalog entry recognises each of them.
+
+usage: python bench/raise_sites.py [--json] [--group NAME] [--unmatched]
+                                   [--python EXE | --site-packages DIR]
+
+Reads the installed stack (the examined Python's site-packages; by default this interpreter's)
+with `ast` and collects the messages it fails with:
+
+- `raise X("...")` (f-strings, `+`, `%` and `.format()` reduced to a template whose
+  interpolations are wildcards; a message held in a local variable is followed to its
+  assignment in the same function),
+- `assert cond, "..."`,
+- `logger.error(...)`, `logger.critical(...)`, `logger.exception(...)` (error level; LLaMA-Factory's
+  `error_rank0` too).
+
+Each site becomes a minimal realistic log, printed the way the library prints it: a rank's
+traceback with the site's own frame and torchrun's ChildFailedError summary for code that runs
+in the ranks; the launcher's own traceback for torchrun/deepspeed launcher code; pydantic's
+ValidationError for DeepSpeed config validators; the library's logging format for logger calls
+(followed by the launcher's exit line). The log goes through the real matcher
+(`mgft_doctor.explain.explain_text`); the site is *matched* when the first diagnosis is a
+catalog code.
+
+Sites that are not user-facing failures are excluded by the explicit rules in EXCLUSION_RULES
+(each reason is counted and printed; nothing is dropped silently):
+
+- reraise:            `raise`, `raise err` of a caught exception: the message is someone else's.
+- abstract:           NotImplementedError as the whole body of a method (an abstract base).
+- control-flow:       StopIteration, KeyboardInterrupt, SystemExit, GeneratorExit: not failures.
+- no-static-message:  no literal text at all (a bare assert, `raise X(msg)` with msg built
+                      elsewhere): nothing a catalog signature could name.
+- internal-invariant: the message itself says it cannot happen or is a bug of the library
+                      ("unreachable", "should never happen", "internal error", "please report").
+- private-type-check: TypeError from a private helper (`_name`) about the type of an argument.
+- test-helper:        code that only the libraries' own tests call (e.g. llamafactory/train/test_utils.py).
+- other-accelerator:  op builders and checks for accelerators other than NVIDIA GPUs and the CPU
+                      (Ascend NPU, Gaudi HPU, Intel XPU, MLU, MUSA, MPS, ...): this project's users never run them.
+- registry-definition: a register_* function refusing a name registered twice (templates, plugins,
+                      rendezvous handlers): only an edit of the library's own source triggers it.
+
+A site is *matched* only when the first diagnosis rests on the site's own message line (its
+evidence includes it); a first diagnosis from elsewhere (e.g. the generic "rank exited with an error
+code" entry reading the launcher's exit line) is shown in parentheses and does not count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import builtins
+import fnmatch
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# --------------------------------------------------------------------------------------------
+# Groups: which files, and (for the shared files of transformers/accelerate) which sites.
+
+
+@dataclass
+class Spec:
+    """Files of one group: a glob relative to site-packages, optionally only some sites in them."""
+
+    pattern: str
+    only_deepspeed: bool = False  # keep only sites whose message, function or guard mentions DeepSpeed
+    classes: tuple[str, ...] = ()  # keep only sites inside these classes
+    launcher_side: bool = False  # the code runs in the launcher process (torchrun, deepspeed), not in a rank
+
+
+@dataclass
+class Group:
+    name: str
+    specs: list[Spec]
+
+
+GROUPS: dict[str, Group] = {
+    g.name: g
+    for g in [
+        Group("llamafactory", [
+            Spec("llamafactory/hparams/**/*.py"),
+            Spec("llamafactory/data/**/*.py"),
+            Spec("llamafactory/model/**/*.py"),
+            Spec("llamafactory/train/**/*.py"),
+            Spec("llamafactory/extras/misc.py"),
+        ]),
+        Group("hf-deepspeed", [
+            Spec("transformers/integrations/deepspeed.py"),
+            Spec("transformers/trainer.py", only_deepspeed=True),
+            Spec("transformers/training_args.py", only_deepspeed=True),
+            Spec("accelerate/utils/dataclasses.py", classes=("DeepSpeedPlugin",)),
+            Spec("accelerate/utils/deepspeed.py"),
+            Spec("accelerate/accelerator.py", only_deepspeed=True),
+        ]),
+        Group("deepspeed", [
+            Spec("deepspeed/runtime/config.py"),
+            Spec("deepspeed/runtime/zero/**/*.py"),
+            Spec("deepspeed/runtime/engine.py"),
+            Spec("deepspeed/launcher/**/*.py", launcher_side=True),
+            Spec("deepspeed/ops/op_builder/**/*.py"),
+            Spec("op_builder/**/*.py"),  # where a source install puts it
+            Spec("deepspeed/runtime/fp16/**/*.py"),
+            Spec("deepspeed/runtime/bf16_optimizer.py"),
+            # checkpoint loading: the checkpoint engines, the universal-checkpoint and ZeRO
+            # checkpoint readers, and zero_to_fp32; not the offline converter ds_to_universal.py
+            # nor the AutoEP/affine expert-placement metadata (expert parallelism)
+            Spec("deepspeed/runtime/checkpoint_engine/**/*.py"),
+            Spec("deepspeed/checkpoint/universal_checkpoint.py"),
+            Spec("deepspeed/checkpoint/zero_checkpoint.py"),
+            Spec("deepspeed/checkpoint/deepspeed_checkpoint.py"),
+            Spec("deepspeed/checkpoint/reshape_utils.py"),
+            Spec("deepspeed/checkpoint/utils.py"),
+            Spec("deepspeed/utils/zero_to_fp32.py"),
+        ]),
+        Group("torch-distributed", [
+            Spec("torch/distributed/elastic/**/*.py", launcher_side=True),
+            Spec("torch/distributed/distributed_c10d.py"),
+            Spec("torch/distributed/rendezvous.py"),
+            Spec("torch/distributed/run.py", launcher_side=True),
+            Spec("torch/distributed/launcher/**/*.py", launcher_side=True),
+            Spec("torch/distributed/constants.py"),
+        ]),
+    ]
+}
+
+_DS_WORDS = re.compile(r"deepspeed|zero|\bds_|_ds\b|hf_ds|is_deepspeed", re.I)
+
+# --------------------------------------------------------------------------------------------
+# Exclusions: explicit and counted.
+
+CONTROL_FLOW = {"StopIteration", "StopAsyncIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExit"}
+INTERNAL_WORDS = re.compile(
+    r"unreachable|should (?:never|not) (?:happen|be reached|get here)|this should never|internal error|"
+    r"this is a bug|please (?:report|file) (?:a|an|this) (?:bug|issue)|not be reachable|invariant",
+    re.I)
+TYPE_WORDS = re.compile(r"\btype\b|must be (?:a|an)\b|expected (?:a|an)\b|isinstance|instance of", re.I)
+# accelerators other than NVIDIA GPUs and the CPU: Ascend NPU, Gaudi HPU, Intel XPU, Cambricon MLU,
+# Moore Threads MUSA, Apple MPS, ... (their op builders, and the checks that only run on them)
+OTHER_ACCELERATOR_DIRS = re.compile(r"op_builder/(?:npu|hpu|xpu|mlu|sdaa|supa|klxpu|mps|musa)/")
+OTHER_ACCELERATOR_WORDS = re.compile(r"\b(?:NPU|HPU|XPU|Xpu|MLU|MUSA|SDAA|SUPA|KLXPU|MPS|CANN_HOME|Ascend|Gaudi)\b")
+TEST_HELPERS = ("llamafactory/train/test_utils.py", "deepspeed/runtime/zero/test.py")
+
+EXCLUSION_RULES = {
+    "reraise": "re-raises a caught exception: the message is another site's",
+    "abstract": "NotImplementedError as the whole body of a method (abstract base)",
+    "control-flow": "StopIteration/KeyboardInterrupt/SystemExit/GeneratorExit: not a failure",
+    "no-static-message": "no literal text in the message (bare assert, message built elsewhere)",
+    "internal-invariant": "the message says it cannot happen or is a library bug",
+    "private-type-check": "TypeError about an argument's type in a private helper",
+    "test-helper": "only the library's own tests call it",
+    "other-accelerator": "runs only on an accelerator other than NVIDIA GPUs or the CPU (NPU, HPU, XPU, MLU, MPS, ...)",
+    "registry-definition": "a library registering its own templates/plugins/handlers twice: only an edit of its source triggers it",
+}
+
+# --------------------------------------------------------------------------------------------
+# Message templates.
+
+WILD = "\0"  # marks a wildcard in a template's literal form
+
+
+@dataclass
+class Part:
+    text: str  # literal text, or the source of the interpolated expression
+    wild: bool = False
+    spec: str = ""  # format spec of the interpolation (":.2f", "%d"), for filling
+
+
+def _lit(s: str) -> list[Part]:
+    return [Part(s)] if s else []
+
+
+def _wild(hint: str, spec: str = "") -> list[Part]:
+    return [Part(hint, True, spec)]
+
+
+_PERCENT = re.compile(r"%(?:\((\w+)\))?[-#0 +]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa%]")
+_BRACE = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+
+
+class Templater:
+    """Turns a message expression into parts, following local names to their assignments."""
+
+    def __init__(self, func: ast.AST | None, module: ast.Module):
+        self.func = func
+        self.module = module
+
+    def parts(self, node: ast.AST | None, before_line: int, depth: int = 0) -> list[Part]:
+        if node is None or depth > 6:
+            return _wild("?")
+        if isinstance(node, ast.Constant):
+            return _lit(node.value) if isinstance(node.value, str) else _wild(repr(node.value))
+        if isinstance(node, ast.JoinedStr):
+            out: list[Part] = []
+            for v in node.values:
+                if isinstance(v, ast.Constant):
+                    out += _lit(str(v.value))
+                elif isinstance(v, ast.FormattedValue):
+                    spec = ast.unparse(v.format_spec) if v.format_spec is not None else ""
+                    out += _wild(ast.unparse(v.value), spec)
+            return out
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return self.parts(node.left, before_line, depth + 1) + self.parts(node.right, before_line, depth + 1)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            left = self.parts(node.left, before_line, depth + 1)
+            if len(left) == 1 and not left[0].wild:
+                args = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+                return self._percent(left[0].text, [ast.unparse(a) for a in args])
+            return left
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr = node.func.attr
+            if attr == "format":
+                base = self.parts(node.func.value, before_line, depth + 1)
+                if len(base) == 1 and not base[0].wild:
+                    pos = [ast.unparse(a) for a in node.args]
+                    kw = {k.arg: ast.unparse(k.value) for k in node.keywords if k.arg}
+                    return self._braces(base[0].text, pos, kw)
+                return base
+            if attr in ("strip", "lstrip", "rstrip", "dedent") or (
+                    isinstance(node.func.value, ast.Name) and node.func.value.id == "textwrap"):
+                inner = node.func.value if attr != "dedent" else (node.args[0] if node.args else None)
+                got = self.parts(inner, before_line, depth + 1)
+                if attr == "dedent":
+                    got = [Part(_dedent(p.text), p.wild, p.spec) if not p.wild else p for p in got]
+                return got
+            if attr == "join" and isinstance(node.func.value, ast.Constant):
+                return _wild(ast.unparse(node))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str" and node.args:
+            return self.parts(node.args[0], before_line, depth + 1)
+        if isinstance(node, ast.IfExp):
+            return self.parts(node.body, before_line, depth + 1)
+        if isinstance(node, ast.Name):
+            return self._name(node.id, before_line, depth)
+        return _wild(ast.unparse(node))
+
+    def _name(self, name: str, before_line: int, depth: int) -> list[Part]:
+        """The value of a local (or module-level) string variable at the raise."""
+        for scope in (self.func, self.module):
+            if scope is None:
+                continue
+            assigned: list[tuple[int, str, ast.AST]] = []
+            for n in ast.walk(scope):
+                if getattr(n, "lineno", before_line) >= before_line:
+                    continue
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
+                    assigned.append((n.lineno, "=", n.value))
+                elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == name and n.value:
+                    assigned.append((n.lineno, "=", n.value))
+                elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name \
+                        and isinstance(n.op, ast.Add):
+                    assigned.append((n.lineno, "+=", n.value))
+            if not assigned:
+                continue
+            assigned.sort(key=lambda t: t[0])
+            start = max((i for i, (_, op, _) in enumerate(assigned) if op == "="), default=None)
+            if start is None:
+                continue
+            out: list[Part] = []
+            for _, _, value in assigned[start:]:
+                out += self.parts(value, before_line, depth + 1)
+            return out
+        return _wild(name)
+
+    @staticmethod
+    def _percent(fmt: str, args: list[str]) -> list[Part]:
+        out: list[Part] = []
+        pos = 0
+        i = 0
+        for m in _PERCENT.finditer(fmt):
+            out += _lit(fmt[pos:m.start()])
+            if m.group(0) == "%%":
+                out += _lit("%")
+            else:
+                hint = m.group(1) or (args[i] if i < len(args) else "?")
+                i += 0 if m.group(1) else 1
+                out += _wild(hint, m.group(0)[-1])
+            pos = m.end()
+        out += _lit(fmt[pos:])
+        return out
+
+    @staticmethod
+    def _braces(fmt: str, pos_args: list[str], kw: dict[str, str]) -> list[Part]:
+        out: list[Part] = []
+        last = 0
+        auto = 0
+        for m in _BRACE.finditer(fmt):
+            out += _lit(fmt[last:m.start()])
+            tok = m.group(0)
+            if tok in ("{{", "}}"):
+                out += _lit(tok[0])
+            else:
+                field_name, _, spec = (m.group(1) or "").partition(":")
+                field_name = field_name.split("!")[0]
+                if field_name == "":
+                    hint = pos_args[auto] if auto < len(pos_args) else "?"
+                    auto += 1
+                elif field_name.isdigit():
+                    k = int(field_name)
+                    hint = pos_args[k] if k < len(pos_args) else "?"
+                else:
+                    hint = kw.get(field_name.split(".")[0].split("[")[0], field_name)
+                out += _wild(hint, spec)
+            last = m.end()
+        out += _lit(fmt[last:])
+        return out
+
+
+def _dedent(s: str) -> str:
+    import textwrap
+    return textwrap.dedent(s)
+
+
+def _merge(parts: list[Part]) -> list[Part]:
+    out: list[Part] = []
+    for p in parts:
+        if out and not p.wild and not out[-1].wild:
+            out[-1] = Part(out[-1].text + p.text)
+        else:
+            out.append(p)
+    return out
+
+
+def template_regex(parts: list[Part]) -> str:
+    """The template as a regex: literal text escaped, each interpolation a lazy wildcard."""
+    return "".join(".+?" if p.wild else re.escape(p.text) for p in parts)
+
+
+def template_text(parts: list[Part]) -> str:
+    return "".join("{…}" if p.wild else p.text for p in parts)
+
+
+# Plausible values for interpolations, chosen from the expression's own words.
+_FILL_RULES: list[tuple[re.Pattern[str], str]] = [(re.compile(p, re.I), v) for p, v in [
+    (r"version", "0.14.0"),
+    (r"stage", "3"),
+    (r"dtype", "torch.float16"),
+    (r"device", "cuda:0"),
+    (r"backend", "nccl"),
+    (r"\bport\b|master_port", "29500"),
+    (r"addr|host|endpoint", "10.0.0.1"),
+    (r"url|init_method", "tcp://10.0.0.1:29500"),
+    (r"timeout|seconds|elapsed|\btime\b", "1800"),
+    (r"template", "qwen"),
+    (r"dataset|data_name", "alpaca_en_demo"),
+    (r"finetuning_type|ft_type", "lora"),
+    (r"model_type|arch", "llama"),
+    (r"optimizer|optim", "adamw_torch"),
+    (r"scheduler", "cosine"),
+    (r"path|dir|file|folder|checkpoint|ckpt|load_dir|save_dir", "/data/ckpt/checkpoint-100"),
+    (r"name_or_path|model_name", "Qwen/Qwen2.5-7B-Instruct"),
+    (r"dict|config|kwargs|args\b", "{'train_batch_size': 'auto'}"),
+    (r"type\(|__class__|__name__|\bcls\b", "<class 'str'>"),
+    (r"shape|size\(\)", "torch.Size([4096, 4096])"),
+    (r"rank|world|size|num|count|steps|len\(|numel|gas|micro|batch|idx|index|\bi\b|\bn\b|bytes|bucket", "8"),
+    (r"exc|err|\be\b", "RuntimeError('boom')"),
+    (r"key|name|param|field|arg|attr|option|mode|method|role|kind", "lora_target"),
+]]
+
+
+def fill_value(part: Part) -> str:
+    spec = part.spec
+    if spec and spec[-1:] in "dioxX":
+        return "8"
+    if spec and spec[-1:] in "eEfFgG%":
+        return "0.5"
+    for pattern, value in _FILL_RULES:
+        if pattern.search(part.text):
+            return value
+    return "value"
+
+
+def fill(parts: list[Part]) -> str:
+    return "".join(fill_value(p) if p.wild else p.text for p in parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Sites.
+
+
+@dataclass
+class Site:
+    group: str
+    file: str  # relative to site-packages
+    line: int
+    function: str  # Class.method, or <module>
+    kind: str  # raise, assert, log
+    exc_type: str  # exception type as Python prints it; for logs the level
+    template: str  # readable template, {…} for interpolations
+    regex: str  # the template as a regex
+    message: str  # the message with plausible values filled in
+    source: str  # the first source line of the site
+    excluded: str | None = None
+    code: str | None = None  # catalog code of the first diagnosis, when it rests on the site's own message
+    first_diagnosis: str | None = None  # the first diagnosis whatever it rests on
+    diagnoses: list[str] = field(default_factory=list)
+    evidence: str = ""  # the evidence line the first diagnosis points at
+    launcher_side: bool = False
+    validator: str | None = None  # pydantic model/field when raised inside a validator
+    log: str = ""  # the log that was explained
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+_LOGGER_NAMES = re.compile(r"(?:^|\.)(?:_?logger|log|_log|LOG|logging|LOGGER|self\.logger)$")
+_LOG_METHODS = {"error": "ERROR", "critical": "CRITICAL", "exception": "ERROR", "error_rank0": "ERROR",
+                "fatal": "CRITICAL"}
+
+
+def _import_table(module: ast.Module, modname: str) -> dict[str, str]:
+    """Name -> defining module as far as the file's imports tell."""
+    table: dict[str, str] = {}
+    for n in ast.walk(module):
+        if isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                parts = modname.split(".")
+                base = ".".join(parts[:len(parts) - n.level] + ([n.module] if n.module else []))
+            for a in n.names:
+                table[a.asname or a.name] = base
+    for n in module.body:
+        if isinstance(n, ast.ClassDef):
+            table[n.name] = modname
+    return table
+
+
+def _exc_type(node: ast.AST, imports: dict[str, str]) -> str:
+    """The exception's name as Python prints it: builtins bare, others module-qualified."""
+    target = node.func if isinstance(node, ast.Call) else node
+    if isinstance(target, ast.Name):
+        name = target.id
+        if name in vars(builtins):
+            return name
+        mod = imports.get(name)
+        return f"{mod}.{name}" if mod else name
+    if isinstance(target, ast.Attribute):
+        text = ast.unparse(target)
+        head = text.split(".")[0]
+        if head in imports:
+            return f"{imports[head]}.{text}" if not imports[head].endswith(head) else text
+        return text
+    return ast.unparse(target)
+
+
+def _message_arg(call: ast.Call) -> ast.AST | None:
+    if call.args:
+        return call.args[0]
+    for k in call.keywords:
+        if k.arg in ("msg", "message", "reason", "error_msg", "err_msg", "errmsg"):
+            return k.value
+    return None
+
+
+_ABSTRACT_WORDS = re.compile(r"implement|subclass|abstract|override|must be defined|derived class", re.I)
+
+
+def _is_abstract(func: ast.AST | None, node: ast.AST, literal: str) -> bool:
+    """NotImplementedError as the whole body of a method, with no message or one that asks for an override."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return len(body) == 1 and body[0] is node and (not literal.strip() or bool(_ABSTRACT_WORDS.search(literal)))
+
+
+def _validator(func: ast.AST | None, cls: ast.ClassDef | None) -> str | None:
+    """'Model' or 'Model.field' when func is a pydantic validator (its errors reach the user as
+    a ValidationError)."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or cls is None:
+        return None
+    for d in func.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        name = ast.unparse(target).split(".")[-1]
+        if name in ("field_validator", "validator"):
+            fields = [a.value for a in getattr(d, "args", []) if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            return f"{cls.name}.{fields[0]}" if fields else cls.name
+        if name in ("model_validator", "root_validator"):
+            return cls.name
+    return None
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, group: str, rel: str, spec: Spec, module: ast.Module, lines: list[str]):
+        self.group, self.rel, self.spec, self.module, self.lines = group, rel, spec, module, lines
+        modname = rel[:-3].replace("/", ".")
+        if modname.endswith(".__init__"):
+            modname = modname[: -len(".__init__")]
+        self.imports = _import_table(module, modname)
+        self.stack: list[ast.AST] = []  # enclosing classes and functions
+        self.guards: list[str] = []  # tests of enclosing if statements
+        self.handlers: list[set[str]] = []  # names bound by enclosing except clauses
+        self.sites: list[Site] = []
+
+    # scopes
+    def visit_ClassDef(self, node):
+        self.stack.append(node)
+        self.generic_visit(node)
+        self.stack.pop()
+
+    def visit_FunctionDef(self, node):
+        self.stack.append(node)
+        saved, self.guards = self.guards, []
+        self.generic_visit(node)
+        self.guards = saved
+        self.stack.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_If(self, node):
+        self.visit(node.test)
+        self.guards.append(ast.unparse(node.test))
+        for s in node.body:
+            self.visit(s)
+        self.guards.pop()
+        self.guards.append("not " + ast.unparse(node.test))
+        for s in node.orelse:
+            self.visit(s)
+        self.guards.pop()
+
+    def visit_ExceptHandler(self, node):
+        self.handlers.append({node.name} if node.name else set())
+        self.generic_visit(node)
+        self.handlers.pop()
+
+    # helpers
+    def _func(self):
+        return next((n for n in reversed(self.stack) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+
+    def _cls(self):
+        return next((n for n in reversed(self.stack) if isinstance(n, ast.ClassDef)), None)
+
+    def _qualname(self) -> str:
+        names = [n.name for n in self.stack]
+        return ".".join(names) if names else "<module>"
+
+    def _add(self, node, kind, exc_type, parts: list[Part] | None, excluded: str | None = None):
+        parts = _merge(parts or [])
+        qual = self._qualname()
+        if self.spec.classes and not any(isinstance(n, ast.ClassDef) and n.name in self.spec.classes for n in self.stack):
+            return
+        if self.spec.only_deepspeed:
+            context = " ".join([template_text(parts), qual, *self.guards])
+            if not _DS_WORDS.search(context):
+                return
+        literal = "".join(p.text for p in parts if not p.wild)
+        func = self._func()
+        if excluded is None:
+            if any(self.rel.endswith(t) for t in TEST_HELPERS):
+                excluded = "test-helper"
+            elif OTHER_ACCELERATOR_DIRS.search(self.rel) or OTHER_ACCELERATOR_WORDS.search(literal):
+                excluded = "other-accelerator"
+            elif func is not None and re.match(r"_?register", func.name) and re.search(r"already", literal, re.I):
+                excluded = "registry-definition"
+            elif exc_type.split(".")[-1] in CONTROL_FLOW:
+                excluded = "control-flow"
+            elif exc_type == "NotImplementedError" and _is_abstract(self._func(), node, literal):
+                excluded = "abstract"
+            elif len(re.sub(r"[\W_]+", "", literal)) < 3:
+                excluded = "no-static-message"
+            elif INTERNAL_WORDS.search(literal):
+                excluded = "internal-invariant"
+            elif exc_type == "TypeError" and self._func() is not None and self._func().name.startswith("_") \
+                    and not self._func().name.startswith("__") and TYPE_WORDS.search(literal):
+                excluded = "private-type-check"
+        src = self.lines[node.lineno - 1].strip() if node.lineno - 1 < len(self.lines) else ""
+        self.sites.append(Site(
+            group=self.group, file=self.rel, line=node.lineno, function=qual, kind=kind, exc_type=exc_type,
+            template=template_text(parts), regex=template_regex(parts), message=fill(parts), source=src,
+            excluded=excluded, launcher_side=self.spec.launcher_side,
+            validator=_validator(self._func(), self._cls()) if kind != "log" else None,
+        ))
+
+    def _version_check(self, node, requirement: str, fname: str) -> None:
+        """A dependency check: the ImportError transformers' require_version raises through it."""
+        mandatory = any(k.arg == "mandatory" and isinstance(k.value, ast.Constant) and k.value.value for k in node.keywords)
+        hint = None
+        if fname == "require_version":
+            h = node.args[1] if len(node.args) > 1 else None
+            hint = "".join(p.text for p in Templater(self._func(), self.module).parts(h, node.lineno)) if h is not None else ""
+        exc, msg = version_check_message(requirement, mandatory or fname == "require_version", hint)
+        self._add(node, "version-check", exc, [Part(msg)])
+
+    # sites
+    def visit_Raise(self, node):
+        self.generic_visit(node)
+        exc = node.exc
+        if exc is None:
+            return self._add(node, "raise", "<re-raise>", [], "reraise")
+        caught = set().union(*self.handlers) if self.handlers else set()
+        if isinstance(exc, ast.Name) and (exc.id in caught or exc.id[:1].islower()):
+            return self._add(node, "raise", "<re-raise>", [], "reraise")
+        if isinstance(exc, ast.Call) and isinstance(exc.func, ast.Attribute) and exc.func.attr == "with_traceback":
+            return self._add(node, "raise", "<re-raise>", [], "reraise")
+        exc_type = _exc_type(exc, self.imports)
+        if isinstance(exc, ast.Call):
+            arg = _message_arg(exc)
+            parts = Templater(self._func(), self.module).parts(arg, node.lineno) if arg is not None else []
+        else:
+            parts = []
+        self._add(node, "raise", exc_type, parts)
+
+    def visit_Assert(self, node):
+        self.generic_visit(node)
+        parts = Templater(self._func(), self.module).parts(node.msg, node.lineno) if node.msg is not None else []
+        self._add(node, "assert", "AssertionError", parts)
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        fname = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        if fname in ("check_version", "require_version") and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            return self._version_check(node, node.args[0].value, fname)
+        if not (isinstance(f, ast.Attribute) and f.attr in _LOG_METHODS):
+            return
+        owner = ast.unparse(f.value)
+        if not _LOGGER_NAMES.search(owner):
+            return
+        arg = node.args[0] if node.args else None
+        templ = Templater(self._func(), self.module)
+        parts = templ.parts(arg, node.lineno) if arg is not None else []
+        if len(parts) == 1 and not parts[0].wild and len(node.args) > 1 and "%" in parts[0].text:
+            parts = templ._percent(parts[0].text, [ast.unparse(a) for a in node.args[1:]])
+        self._add(node, "log", _LOG_METHODS[f.attr], parts)
+
+
+def _violating_version(spec: str) -> str:
+    """A version outside the requirement's range (what a user with the wrong install has)."""
+    from packaging.version import Version
+    bounds = re.findall(r"(<=|<|>=|>|==|~=)\s*([\d.]+)", spec)
+    for op, v in bounds:
+        if op in ("<=", "<"):
+            parts = Version(v).release + (0,)
+            return f"{parts[0]}.{parts[1] + 1}.0" if op == "<=" or len(parts) > 1 else f"{parts[0] + 1}.0.0"
+    for op, v in bounds:
+        if op in (">=", ">", "==", "~="):
+            parts = Version(v).release + (0, 0)
+            return f"{parts[0]}.{max(parts[1] - 1, 0)}.0" if parts[1] else f"{max(parts[0] - 1, 0)}.9.0"
+    return "0.0.1"
+
+
+def version_check_message(requirement: str, mandatory: bool, hint: str | None = None) -> tuple[str, str]:
+    """(exception type, message) that transformers' require_version raises through LLaMA-Factory's
+    check_version: a version outside the range when the requirement has one, else a missing package."""
+    m = re.match(r"^([\w.\-\[\]]+)\s*(.*)$", requirement.strip())
+    pkg, spec = (m.group(1), m.group(2)) if m else (requirement, "")
+    pip = f"pip install {requirement}" + (" --no-build-isolation" if "gptmodel" in requirement or "autoawq" in requirement else "")
+    if hint is None:
+        hint = f"To fix: run `{pip}`." if mandatory else \
+            f"To fix: run `{pip}` or set `DISABLE_VERSION_CHECK=1` to skip this check."
+    if spec:
+        return "ImportError", (f"{requirement} is required for a normal functioning of this module, but found "
+                               f"{pkg}=={_violating_version(spec)}.\n{hint}")
+    return ("importlib.metadata.PackageNotFoundError",
+            f"The '{requirement}' distribution was not found and is required by this application. \n{hint}")
+
+
+def site_packages(python: str | None = None) -> Path:
+    if python is None:
+        import sysconfig
+        return Path(sysconfig.get_paths()["purelib"])
+    out = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return Path(out.stdout.strip())
+
+
+def _files(root: Path, spec: Spec) -> list[Path]:
+    if "**" in spec.pattern:
+        base, _, rest = spec.pattern.partition("/**/")
+        d = root / base
+        return sorted(p for p in d.rglob(rest) if "__pycache__" not in p.parts) if d.is_dir() else []
+    p = root / spec.pattern
+    return [p] if p.is_file() else []
+
+
+def collect(root: Path, group: Group) -> list[Site]:
+    """Every error site of one group under root (site-packages or any directory of packages)."""
+    sites: list[Site] = []
+    seen: set[str] = set()
+    for spec in group.specs:
+        for path in _files(root, spec):
+            rel = path.relative_to(root).as_posix()
+            if rel in seen:
+                continue
+            seen.add(rel)
+            try:
+                text = path.read_text(encoding="utf-8")
+                module = ast.parse(text, filename=str(path))
+            except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+                continue
+            v = _Visitor(group.name, rel, spec, module, text.splitlines())
+            v.visit(module)
+            sites.extend(v.sites)
+    return sites
+
+
+# --------------------------------------------------------------------------------------------
+# The log a site prints, and the matcher's verdict on it.
+
+SITE_ROOT = "/opt/conda/lib/python3.11/site-packages"
+_LAUNCH_EXIT = ("E0101 10:00:09.000000 4000 torch/distributed/elastic/multiprocessing/api.py:869] "
+                "failed (exitcode: 1) local_rank: 0 (pid: 4021) of binary: /opt/conda/bin/python3.11")
+# By default a rank's log ends with torchrun's line for the failed rank (an excerpt as users paste
+# it); with --full-summary torchrun's own traceback and ChildFailedError summary follow, as in a
+# whole log. The matcher prefilters every new line against every pattern, so the summary's ~20
+# salient lines make each site 3x slower; the verdicts are compared in tests/test_raise_sites.py.
+_TORCHRUN_TRACEBACK = """Traceback (most recent call last):
+  File "/opt/conda/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/opt/conda/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 143, in __call__
+    return launch_agent(self._config, self._entrypoint, list(args))
+  File "/opt/conda/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 277, in launch_agent
+    raise ChildFailedError("""
+_SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+/opt/conda/lib/python3.11/site-packages/llamafactory/launcher.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2025-01-01_10:00:09
+  host      : gpu-node-1
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 4021)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================"""
+FULL_SUMMARY = False
+
+
+def _printed_exception(site: Site) -> list[str]:
+    """The exception line(s) as Python's traceback printer writes them."""
+    msg = site.message
+    exc = site.exc_type
+    if site.validator:
+        model, _, fieldname = site.validator.partition(".")
+        label = "Assertion failed" if site.kind == "assert" or exc == "AssertionError" else "Value error"
+        head = [f"pydantic_core._pydantic_core.ValidationError: 1 validation error for {model}"]
+        if fieldname:
+            head.append(fieldname)
+        first, *rest = msg.split("\n")
+        head.append(f"  {label}, {first}" + ("" if rest else " [type=value_error, input_value={}, input_type=dict]"))
+        head += [f"  {r}" for r in rest]
+        return head
+    if exc.split(".")[-1] == "KeyError":
+        msg = repr(msg)
+    first, *rest = msg.split("\n")
+    return [f"{exc}: {first}" if first else exc, *rest]
+
+
+def _log_line(site: Site) -> str:
+    rel = site.file
+    base = os.path.basename(rel)
+    func = site.function.split(".")[-1]
+    if rel.startswith("llamafactory/"):
+        name = rel[:-3].replace("/", ".")
+        return f"[{site.exc_type}|2025-01-01 10:00:05] {name}:{site.line} >> {site.message}"
+    if rel.startswith(("transformers/", "accelerate/")):
+        return f"[{site.exc_type}|{base}:{site.line}] 2025-01-01 10:00:05,000 >> {site.message}"
+    if rel.startswith(("deepspeed/", "op_builder/")):
+        return f"[2025-01-01 10:00:05,000] [{site.exc_type}] [{base}:{site.line}:{func}] {site.message}"
+    return f"E0101 10:00:05.000000 4000 {rel}:{site.line}] {site.message}"
+
+
+def build_log(site: Site) -> str:
+    """A minimal realistic log of the run that hit this site."""
+    if site.kind == "log":
+        first, *rest = site.message.split("\n")
+        lines = [_log_line(Site(**{**asdict(site), "message": first})), *rest]
+        if not site.launcher_side:
+            lines += [_LAUNCH_EXIT]
+        return "\n".join(lines) + "\n"
+    frame = [
+        f'  File "{SITE_ROOT}/{site.file}", line {site.line}, in {site.function.split(".")[-1]}',
+        f"    {site.source}",
+    ]
+    exc_lines = _printed_exception(site)
+    if site.launcher_side:
+        entry = ('  File "/opt/conda/bin/torchrun", line 8, in <module>' if site.file.startswith("torch/")
+                 else '  File "/opt/conda/bin/deepspeed", line 6, in <module>')
+        body = ["Traceback (most recent call last):", entry, "    sys.exit(main())", *frame, *exc_lines]
+        return "\n".join(body) + "\n"
+    entry = [f'  File "{SITE_ROOT}/llamafactory/launcher.py", line 23, in <module>', "    launch()"]
+    body = ["Traceback (most recent call last):", *entry, *frame, *exc_lines]
+    tail = [_LAUNCH_EXIT, *([_TORCHRUN_TRACEBACK, _SUMMARY] if FULL_SUMMARY else [])]
+    return "\n".join(f"[rank0]: {ln}" for ln in body) + "\n" + "\n".join(tail) + "\n"
+
+
+def own_lines(site: Site) -> list[str]:
+    """The lines of the log that carry the site's own message (as explain reports evidence)."""
+    if site.kind == "log":
+        first, *rest = site.message.split("\n")
+        return [_log_line(Site(**{**asdict(site), "message": first})).strip(), *(r.strip() for r in rest)]
+    return [ln.strip() for ln in _printed_exception(site)]
+
+
+def match_sites(sites: list[Site]) -> None:
+    """Explain each site's log with the real matcher. A site is matched when the first diagnosis
+    is a catalog code whose evidence includes the site's own message line; a first diagnosis
+    that rests only on other lines (the exit code of a generic 'rank exited' entry, a context
+    line) is recorded in first_diagnosis but does not count."""
+    from mgft_doctor.explain import explain_text
+
+    for site in sites:
+        site.log = build_log(site)
+        report = explain_text(site.log)
+        site.diagnoses = [d.code for d in report.diagnoses]
+        site.first_diagnosis = site.diagnoses[0] if site.diagnoses else None
+        if not report.diagnoses:
+            continue
+        evidence = [ln.text.strip() for ln in report.diagnoses[0].evidence]
+        own = {ln for ln in own_lines(site) if ln}
+        hit = next((e for e in evidence if e in own), None)
+        site.evidence = (hit or (evidence[0] if evidence else ""))[:300]
+        if hit is not None:
+            site.code = site.first_diagnosis
+
+
+def summarise(sites: list[Site]) -> dict[str, dict[str, int]]:
+    """Per group: total sites, matched (of those not excluded), excluded, and the exclusions by reason."""
+    out: dict[str, dict] = {}
+    for s in sites:
+        g = out.setdefault(s.group, {"total": 0, "matched": 0, "excluded": 0, "excluded_by": {}})
+        g["total"] += 1
+        if s.excluded:
+            g["excluded"] += 1
+            g["excluded_by"][s.excluded] = g["excluded_by"].get(s.excluded, 0) + 1
+        elif s.code:
+            g["matched"] += 1
+    return out
+
+
+def coverage(summary: dict) -> float:
+    considered = summary["total"] - summary["excluded"]
+    return summary["matched"] / considered if considered else 1.0
+
+
+def run(root: Path, groups: list[Group]) -> list[Site]:
+    sites: list[Site] = []
+    for g in groups:
+        sites += collect(root, g)
+    match_sites([s for s in sites if not s.excluded])
+    return sites
+
+
+# --------------------------------------------------------------------------------------------
+# CLI.
+
+
+def _print_human(sites: list[Site], summary: dict, unmatched_only: bool, root: Path, elapsed: float) -> None:
+    for name, g in summary.items():
+        mine = [s for s in sites if s.group == name and not s.excluded and (not unmatched_only or not s.code)]
+        print(f"\n== {name}: {g['matched']}/{g['total'] - g['excluded']} matched "
+              f"({coverage(g):.0%}), {g['excluded']} excluded of {g['total']}")
+        if mine:
+            w = max(len(s.where) for s in mine)
+            for s in mine:
+                exc = s.exc_type.split(".")[-1]
+                code = s.code or (f"({s.first_diagnosis})" if s.first_diagnosis else "-")
+                print(f"  {s.where:<{w}}  {code:<8} {s.function[:40]:<40} {exc[:24]:<24} {s.template[:110]!r}")
+    print("\nsummary")
+    for name, g in summary.items():
+        by = ", ".join(f"{k} {v}" for k, v in sorted(g["excluded_by"].items()))
+        print(f"  {name:<18} total {g['total']:>4}  excluded {g['excluded']:>4}  matched {g['matched']:>4}/"
+              f"{g['total'] - g['excluded']:<4} {coverage(g):6.1%}   excluded: {by or 'none'}")
+    print(f"  scanned {root} in {elapsed:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print the groups' figures and every site as JSON")
+    ap.add_argument("--group", action="append", choices=sorted(GROUPS), help="only this group (repeatable)")
+    ap.add_argument("--unmatched", action="store_true", help="list only the sites no catalog entry matches")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--python", help="the examined interpreter (default: this one)")
+    where.add_argument("--site-packages", help="a site-packages directory to read directly")
+    ap.add_argument("--full-summary", action="store_true",
+                    help="put torchrun's own traceback above its ChildFailedError summary in every rank log (slower)")
+    ap.add_argument("--show-excluded", action="store_true", help="list the excluded sites too (human output)")
+    args = ap.parse_args(argv)
+    global FULL_SUMMARY
+    FULL_SUMMARY = args.full_summary
+    t0 = time.perf_counter()
+    root = Path(args.site_packages) if args.site_packages else site_packages(args.python)
+    groups = [GROUPS[g] for g in (args.group or GROUPS)]
+    sites = run(root, groups)
+    summary = summarise(sites)
+    elapsed = time.perf_counter() - t0
+    if args.json:
+        shown = [s for s in sites if not args.unmatched or (not s.excluded and not s.code)]
+        rows = []
+        for s in shown:
+            d = asdict(s)
+            d.pop("log")
+            d.pop("launcher_side")
+            d["where"] = s.where
+            rows.append(d)
+        print(json.dumps({"site_packages": str(root),
+                          "groups": {k: {"total": v["total"], "matched": v["matched"], "excluded": v["excluded"],
+                                         "excluded_by": v["excluded_by"]} for k, v in summary.items()},
+                          "exclusion_rules": EXCLUSION_RULES, "sites": rows}, indent=1))
+    else:
+        _print_human(sites, summary, args.unmatched, root, elapsed)
+        if args.show_excluded:
+            print("\nexcluded sites")
+            for s in sites:
+                if s.excluded:
+                    print(f"  {s.where}  {s.excluded:<20} {s.exc_type.split('.')[-1]:<22} {s.template[:100]!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
