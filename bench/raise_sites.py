@@ -31,7 +31,8 @@ Sites that are not user-facing failures are excluded by the explicit rules in EX
 - no-static-message:  no literal text at all (a bare assert, `raise X(msg)` with msg built
                       elsewhere): nothing a catalog signature could name.
 - internal-invariant: the message itself says it cannot happen or is a bug of the library
-                      ("unreachable", "should never happen", "internal error", "please report").
+                      ("unreachable", "should never happen", "internal error", "please report"),
+                      or the site is in KNOWN_INTERNAL (reviewed one by one, each with its reason).
 - private-type-check: TypeError from a private helper (`_name`) about the type of an argument.
 - test-helper:        code that only the libraries' own tests call (e.g. llamafactory/train/test_utils.py).
 - other-accelerator:  op builders and checks for accelerators other than NVIDIA GPUs and the CPU
@@ -143,6 +144,12 @@ TYPE_WORDS = re.compile(r"\btype\b|must be (?:a|an)\b|expected (?:a|an)\b|isinst
 # Moore Threads MUSA, Apple MPS, ... (their op builders, and the checks that only run on them)
 OTHER_ACCELERATOR_DIRS = re.compile(r"op_builder/(?:npu|hpu|xpu|mlu|sdaa|supa|klxpu|mps|musa)/")
 OTHER_ACCELERATOR_WORDS = re.compile(r"\b(?:NPU|HPU|XPU|Xpu|MLU|MUSA|SDAA|SUPA|KLXPU|MPS|CANN_HOME|Ascend|Gaudi)\b")
+# Reviewed one by one: checks whose condition the code right above them already guarantees, so only a
+# bug of the library itself can fire them. (file suffix, message regex, why)
+KNOWN_INTERNAL: list[tuple[str, str, str]] = [
+    ("llamafactory/data/loader.py", r"^Sample num mismatched\.$",
+     "the indexes were just built to hold exactly num_samples entries"),
+]
 TEST_HELPERS = ("llamafactory/train/test_utils.py", "deepspeed/runtime/zero/test.py")
 
 EXCLUSION_RULES = {
@@ -185,9 +192,10 @@ _BRACE = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 class Templater:
     """Turns a message expression into parts, following local names to their assignments."""
 
-    def __init__(self, func: ast.AST | None, module: ast.Module):
+    def __init__(self, func: ast.AST | None, module: ast.Module, constant=None):
         self.func = func
         self.module = module
+        self.constant = constant  # name -> value of an imported string constant, or None
 
     def parts(self, node: ast.AST | None, before_line: int, depth: int = 0) -> list[Part]:
         if node is None or depth > 6:
@@ -201,6 +209,11 @@ class Templater:
                     out += _lit(str(v.value))
                 elif isinstance(v, ast.FormattedValue):
                     spec = ast.unparse(v.format_spec) if v.format_spec is not None else ""
+                    if isinstance(v.value, ast.Name) and not spec and v.conversion == -1:
+                        got = self._name(v.value.id, before_line, depth + 1)
+                        if got and not (len(got) == 1 and got[0].wild and got[0].text == v.value.id):
+                            out += got  # a string constant or a local built from one: as Python prints it
+                            continue
                     out += _wild(ast.unparse(v.value), spec)
             return out
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
@@ -229,6 +242,11 @@ class Templater:
                 return got
             if attr == "join" and isinstance(node.func.value, ast.Constant):
                 return _wild(ast.unparse(node))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.path.join", "join", "posixpath.join") and node.args:
+            out = []
+            for i, a in enumerate(node.args):
+                out += ([Part("/")] if i else []) + self.parts(a, before_line, depth + 1)
+            return out
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str" and node.args:
             return self.parts(node.args[0], before_line, depth + 1)
         if isinstance(node, ast.IfExp):
@@ -238,12 +256,11 @@ class Templater:
         return _wild(ast.unparse(node))
 
     def _name(self, name: str, before_line: int, depth: int) -> list[Part]:
-        """The value of a local (or module-level) string variable at the raise."""
-        for scope in (self.func, self.module):
-            if scope is None:
-                continue
+        """The value of a local string variable at the site, else of a module-level or imported
+        string constant (IMAGE_PLACEHOLDER = os.getenv("IMAGE_PLACEHOLDER", "<image>"))."""
+        if self.func is not None:
             assigned: list[tuple[int, str, ast.AST]] = []
-            for n in ast.walk(scope):
+            for n in ast.walk(self.func):
                 if getattr(n, "lineno", before_line) >= before_line:
                     continue
                 if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
@@ -253,17 +270,17 @@ class Templater:
                 elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name \
                         and isinstance(n.op, ast.Add):
                     assigned.append((n.lineno, "+=", n.value))
-            if not assigned:
-                continue
             assigned.sort(key=lambda t: t[0])
             start = max((i for i, (_, op, _) in enumerate(assigned) if op == "="), default=None)
-            if start is None:
-                continue
-            out: list[Part] = []
-            for _, _, value in assigned[start:]:
-                out += self.parts(value, before_line, depth + 1)
-            return out
-        return _wild(name)
+            if start is not None:
+                out: list[Part] = []
+                for _, _, value in assigned[start:]:
+                    out += self.parts(value, before_line, depth + 1)
+                return out
+        value = _constant_in(self.module, name)
+        if value is None and self.constant is not None:
+            value = self.constant(name)
+        return _lit(value) if value is not None else _wild(name)
 
     @staticmethod
     def _percent(fmt: str, args: list[str]) -> list[Part]:
@@ -309,6 +326,26 @@ class Templater:
         return out
 
 
+def _constant_value(node: ast.AST | None) -> str | None:
+    """A string constant, or the default of os.getenv / os.environ.get."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.getenv", "os.environ.get") \
+            and len(node.args) > 1:
+        return _constant_value(node.args[1])
+    return None
+
+
+def _constant_in(module: ast.Module, name: str) -> str | None:
+    """The value of a top-level string constant of a module."""
+    for n in module.body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
+            return _constant_value(n.value)
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == name:
+            return _constant_value(n.value)
+    return None
+
+
 def _dedent(s: str) -> str:
     import textwrap
     return textwrap.dedent(s)
@@ -333,31 +370,35 @@ def template_text(parts: list[Part]) -> str:
     return "".join("{…}" if p.wild else p.text for p in parts)
 
 
-# Plausible values for interpolations, chosen from the expression's own words.
+# Plausible values for interpolations, chosen from the expression's own words: first from its
+# last name (`finetuning_args.freeze_trainable_layers` -> "freeze_trainable_layers"), then from the
+# whole expression.
 _FILL_RULES: list[tuple[re.Pattern[str], str]] = [(re.compile(p, re.I), v) for p, v in [
     (r"version", "0.14.0"),
     (r"stage", "3"),
     (r"dtype", "torch.float16"),
-    (r"device", "cuda:0"),
+    (r"device_name|device_type", "cuda"),
+    (r"device$|^device", "cuda:0"),
     (r"backend", "nccl"),
-    (r"\bport\b|master_port", "29500"),
+    (r"port", "29500"),
     (r"addr|host|endpoint", "10.0.0.1"),
     (r"url|init_method", "tcp://10.0.0.1:29500"),
-    (r"timeout|seconds|elapsed|\btime\b", "1800"),
+    (r"timeout|seconds|elapsed|^time$|_time$", "1800"),
     (r"template", "qwen"),
+    (r"unknown_args|remaining|unused", "['--lora_rnak', '8']"),
+    (r"_dir$|_path$", "/data/ckpt"),
     (r"dataset|data_name", "alpaca_en_demo"),
     (r"finetuning_type|ft_type", "lora"),
     (r"model_type|arch", "llama"),
     (r"optimizer|optim", "adamw_torch"),
     (r"scheduler", "cosine"),
-    (r"path|dir|file|folder|checkpoint|ckpt|load_dir|save_dir", "/data/ckpt/checkpoint-100"),
     (r"name_or_path|model_name", "Qwen/Qwen2.5-7B-Instruct"),
-    (r"dict|config|kwargs|args\b", "{'train_batch_size': 'auto'}"),
-    (r"type\(|__class__|__name__|\bcls\b", "<class 'str'>"),
-    (r"shape|size\(\)", "torch.Size([4096, 4096])"),
-    (r"rank|world|size|num|count|steps|len\(|numel|gas|micro|batch|idx|index|\bi\b|\bn\b|bytes|bucket", "8"),
-    (r"exc|err|\be\b", "RuntimeError('boom')"),
-    (r"key|name|param|field|arg|attr|option|mode|method|role|kind", "lora_target"),
+    (r"path|dir|file|folder|checkpoint|ckpt", "/data/ckpt/checkpoint-100"),
+    (r"shape", "torch.Size([4096, 4096])"),
+    (r"rank|world|size|num|count|steps|len$|^len|numel|gas|micro|batch|idx|index|^i$|^n$|bytes|bucket|layers|devices|workers|total|degree|sz$", "8"),
+    (r"dict|config|kwargs|^args$", "{'train_batch_size': 'auto'}"),
+    (r"^exc|^err|^e$", "RuntimeError('boom')"),
+    (r"key|name|param|field|arg|attr|option|mode|method|role|kind|module", "lora_target"),
 ]]
 
 
@@ -367,9 +408,18 @@ def fill_value(part: Part) -> str:
         return "8"
     if spec and spec[-1:] in "eEfFgG%":
         return "0.5"
-    for pattern, value in _FILL_RULES:
-        if pattern.search(part.text):
-            return value
+    text = part.text
+    if re.match(r"(?:len|sum|int|max|min)\(", text) or re.search(r"\.(?:numel|size|dim)\(", text):
+        return "8"
+    if re.match(r"type\(", text) or text.endswith(("__class__", "__name__", "__qualname__")):
+        return "<class 'str'>"
+    if ".join(" in text:
+        return "json,jsonl"
+    names = re.findall(r"[A-Za-z_]\w*", text)
+    for key in ([names[-1]] if names else []) + [text]:
+        for pattern, value in _FILL_RULES:
+            if pattern.search(key):
+                return value
     return "value"
 
 
@@ -490,6 +540,7 @@ class _Visitor(ast.NodeVisitor):
         if modname.endswith(".__init__"):
             modname = modname[: -len(".__init__")]
         self.imports = _import_table(module, modname)
+        self.root: Path | None = None
         self.stack: list[ast.AST] = []  # enclosing classes and functions
         self.guards: list[str] = []  # tests of enclosing if statements
         self.handlers: list[set[str]] = []  # names bound by enclosing except clauses
@@ -526,6 +577,16 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
         self.handlers.pop()
 
+    def constant(self, name: str) -> str | None:
+        """An imported module's string constant (read from its source under root)."""
+        mod = self.imports.get(name)
+        if not mod or self.root is None:
+            return None
+        return _module_constant(self.root, mod, name)
+
+    def templater(self) -> "Templater":
+        return Templater(self._func(), self.module, self.constant)
+
     # helpers
     def _func(self):
         return next((n for n in reversed(self.stack) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
@@ -561,7 +622,8 @@ class _Visitor(ast.NodeVisitor):
                 excluded = "abstract"
             elif len(re.sub(r"[\W_]+", "", literal)) < 3:
                 excluded = "no-static-message"
-            elif INTERNAL_WORDS.search(literal):
+            elif INTERNAL_WORDS.search(literal) or any(
+                    self.rel.endswith(f) and re.search(r, literal) for f, r, _ in KNOWN_INTERNAL):
                 excluded = "internal-invariant"
             elif exc_type == "TypeError" and self._func() is not None and self._func().name.startswith("_") \
                     and not self._func().name.startswith("__") and TYPE_WORDS.search(literal):
@@ -580,7 +642,7 @@ class _Visitor(ast.NodeVisitor):
         hint = None
         if fname == "require_version":
             h = node.args[1] if len(node.args) > 1 else None
-            hint = "".join(p.text for p in Templater(self._func(), self.module).parts(h, node.lineno)) if h is not None else ""
+            hint = "".join(p.text for p in self.templater().parts(h, node.lineno)) if h is not None else ""
         exc, msg = version_check_message(requirement, mandatory or fname == "require_version", hint)
         self._add(node, "version-check", exc, [Part(msg)])
 
@@ -598,14 +660,14 @@ class _Visitor(ast.NodeVisitor):
         exc_type = _exc_type(exc, self.imports)
         if isinstance(exc, ast.Call):
             arg = _message_arg(exc)
-            parts = Templater(self._func(), self.module).parts(arg, node.lineno) if arg is not None else []
+            parts = self.templater().parts(arg, node.lineno) if arg is not None else []
         else:
             parts = []
         self._add(node, "raise", exc_type, parts)
 
     def visit_Assert(self, node):
         self.generic_visit(node)
-        parts = Templater(self._func(), self.module).parts(node.msg, node.lineno) if node.msg is not None else []
+        parts = self.templater().parts(node.msg, node.lineno) if node.msg is not None else []
         self._add(node, "assert", "AssertionError", parts)
 
     def visit_Call(self, node):
@@ -621,7 +683,7 @@ class _Visitor(ast.NodeVisitor):
         if not _LOGGER_NAMES.search(owner):
             return
         arg = node.args[0] if node.args else None
-        templ = Templater(self._func(), self.module)
+        templ = self.templater()
         parts = templ.parts(arg, node.lineno) if arg is not None else []
         if len(parts) == 1 and not parts[0].wild and len(node.args) > 1 and "%" in parts[0].text:
             parts = templ._percent(parts[0].text, [ast.unparse(a) for a in node.args[1:]])
@@ -659,6 +721,26 @@ def version_check_message(requirement: str, mandatory: bool, hint: str | None = 
             f"The '{requirement}' distribution was not found and is required by this application. \n{hint}")
 
 
+_MODULES: dict[tuple[str, str], ast.Module | None] = {}
+
+
+def _module_constant(root: Path, modname: str, name: str) -> str | None:
+    key = (str(root), modname)
+    if key not in _MODULES:
+        base = root / modname.replace(".", "/")
+        tree = None
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                try:
+                    tree = ast.parse(path.read_text(encoding="utf-8"))
+                except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+                    tree = None
+                break
+        _MODULES[key] = tree
+    tree = _MODULES[key]
+    return _constant_in(tree, name) if tree is not None else None
+
+
 def site_packages(python: str | None = None) -> Path:
     if python is None:
         import sysconfig
@@ -693,6 +775,7 @@ def collect(root: Path, group: Group) -> list[Site]:
             except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
                 continue
             v = _Visitor(group.name, rel, spec, module, text.splitlines())
+            v.root = root
             v.visit(module)
             sites.extend(v.sites)
     return sites
