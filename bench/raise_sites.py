@@ -129,7 +129,8 @@ GROUPS: dict[str, Group] = {
     ]
 }
 
-_DS_WORDS = re.compile(r"deepspeed|zero|\bds_|_ds\b|hf_ds|is_deepspeed", re.I)
+# DeepSpeed words: not "non-zero" or "zero_grad", which are no ZeRO
+_DS_WORDS = re.compile(r"deepspeed|zero[-_ ]?(?:stage|[0-3]\b)|zero_(?:optimization|init|stage)|\bds_|_ds\b|hf_ds|(?-i:\bZeRO\b)", re.I)
 
 # --------------------------------------------------------------------------------------------
 # Exclusions: explicit and counted.
@@ -214,7 +215,7 @@ class Templater:
                         if got and not (len(got) == 1 and got[0].wild and got[0].text == v.value.id):
                             out += got  # a string constant or a local built from one: as Python prints it
                             continue
-                    out += _wild(ast.unparse(v.value), spec)
+                    out += _wild(ast.unparse(v.value), "!r" if v.conversion == ord("r") and not spec else spec)
             return out
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             return self.parts(node.left, before_line, depth + 1) + self.parts(node.right, before_line, depth + 1)
@@ -377,6 +378,7 @@ _FILL_RULES: list[tuple[re.Pattern[str], str]] = [(re.compile(p, re.I), v) for p
     (r"version", "0.14.0"),
     (r"stage", "3"),
     (r"dtype", "torch.float16"),
+    (r"device\.type", "cpu"),
     (r"device_name|device_type", "cuda"),
     (r"device$|^device", "cuda:0"),
     (r"backend", "nccl"),
@@ -403,6 +405,9 @@ _FILL_RULES: list[tuple[re.Pattern[str], str]] = [(re.compile(p, re.I), v) for p
 
 
 def fill_value(part: Part) -> str:
+    if part.spec == "!r":
+        value = fill_value(Part(part.text, True))
+        return value if value[:1] in "'\"[({<" or value.isdigit() else repr(value)
     spec = part.spec
     if spec and spec[-1:] in "dioxX":
         return "8"
@@ -562,12 +567,16 @@ class _Visitor(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_If(self, node):
+        # only a guard that holds on the path to the site counts as "mentioning DeepSpeed":
+        # `if ds_enabled: raise` yes; the else branch of `if ds_enabled`, or `if not ds_enabled`, no
         self.visit(node.test)
-        self.guards.append(ast.unparse(node.test))
+        test = ast.unparse(node.test)
+        positive = not (isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not))
+        self.guards.append(test if positive else "")
         for s in node.body:
             self.visit(s)
         self.guards.pop()
-        self.guards.append("not " + ast.unparse(node.test))
+        self.guards.append("")
         for s in node.orelse:
             self.visit(s)
         self.guards.pop()
@@ -883,26 +892,50 @@ def own_lines(site: Site) -> list[str]:
     return [ln.strip() for ln in _printed_exception(site)]
 
 
-def match_sites(sites: list[Site]) -> None:
+def _verdict(site: Site) -> tuple[list[str], str | None, str]:
+    """(diagnosis codes, code when it rests on the site's own line, evidence) for one site."""
+    from mgft_doctor.explain import explain_text
+
+    report = explain_text(build_log(site))
+    codes = [d.code for d in report.diagnoses]
+    if not report.diagnoses:
+        return codes, None, ""
+    evidence = [ln.text.strip() for ln in report.diagnoses[0].evidence]
+    own = {ln for ln in own_lines(site) if ln}
+    hit = next((e for e in evidence if e in own), None)
+    return codes, (codes[0] if hit is not None else None), (hit or (evidence[0] if evidence else ""))[:300]
+
+
+def _verdicts(sites: list[Site]) -> list[tuple[list[str], str | None, str]]:
+    return [_verdict(s) for s in sites]
+
+
+def match_sites(sites: list[Site], jobs: int = 1) -> None:
     """Explain each site's log with the real matcher. A site is matched when the first diagnosis
     is a catalog code whose evidence includes the site's own message line; a first diagnosis
     that rests only on other lines (the exit code of a generic 'rank exited' entry, a context
-    line) is recorded in first_diagnosis but does not count."""
-    from mgft_doctor.explain import explain_text
+    line) is recorded in first_diagnosis but does not count. jobs > 1 explains in forked workers."""
+    if jobs > 1 and len(sites) > 50 and "fork" in __import__("multiprocessing").get_all_start_methods():
+        import multiprocessing
 
-    for site in sites:
+        from mgft_doctor.explain import explain_text  # noqa: F401  (loaded once, shared by the forks)
+
+        chunks = [sites[i::jobs] for i in range(jobs)]
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            results = pool.map(_verdicts, chunks)
+        verdicts: dict[int, tuple] = {}
+        for i, chunk_result in enumerate(results):
+            for j, v in enumerate(chunk_result):
+                verdicts[i + j * jobs] = v
+        ordered = [verdicts[k] for k in range(len(sites))]
+    else:
+        ordered = _verdicts(sites)
+    for site, (codes, code, evidence) in zip(sites, ordered):
         site.log = build_log(site)
-        report = explain_text(site.log)
-        site.diagnoses = [d.code for d in report.diagnoses]
-        site.first_diagnosis = site.diagnoses[0] if site.diagnoses else None
-        if not report.diagnoses:
-            continue
-        evidence = [ln.text.strip() for ln in report.diagnoses[0].evidence]
-        own = {ln for ln in own_lines(site) if ln}
-        hit = next((e for e in evidence if e in own), None)
-        site.evidence = (hit or (evidence[0] if evidence else ""))[:300]
-        if hit is not None:
-            site.code = site.first_diagnosis
+        site.diagnoses = codes
+        site.first_diagnosis = codes[0] if codes else None
+        site.code = code
+        site.evidence = evidence
 
 
 def summarise(sites: list[Site]) -> dict[str, dict[str, int]]:
@@ -924,11 +957,12 @@ def coverage(summary: dict) -> float:
     return summary["matched"] / considered if considered else 1.0
 
 
-def run(root: Path, groups: list[Group]) -> list[Site]:
+def run(root: Path, groups: list[Group], jobs: int = 1) -> list[Site]:
+    """Collect the groups' sites under root and explain the ones not excluded."""
     sites: list[Site] = []
     for g in groups:
         sites += collect(root, g)
-    match_sites([s for s in sites if not s.excluded])
+    match_sites([s for s in sites if not s.excluded], jobs)
     return sites
 
 
@@ -965,6 +999,8 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--site-packages", help="a site-packages directory to read directly")
     ap.add_argument("--full-summary", action="store_true",
                     help="put torchrun's own traceback above its ChildFailedError summary in every rank log (slower)")
+    ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
+                    help="worker processes for the matching (default: min(4, CPUs))")
     ap.add_argument("--show-excluded", action="store_true", help="list the excluded sites too (human output)")
     args = ap.parse_args(argv)
     global FULL_SUMMARY
@@ -972,7 +1008,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     root = Path(args.site_packages) if args.site_packages else site_packages(args.python)
     groups = [GROUPS[g] for g in (args.group or GROUPS)]
-    sites = run(root, groups)
+    sites = run(root, groups, max(1, args.jobs))
     summary = summarise(sites)
     elapsed = time.perf_counter() - t0
     if args.json:
