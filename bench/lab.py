@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +42,7 @@ WORK = Path(os.environ.get("MGFT_LAB_WORK", "/tmp/mgft-lab"))
 CACHE = Path(os.environ.get("MGFT_LAB_CACHE", "/tmp/mgft-lab-cache"))
 MAX_LOG = 300_000          # bytes kept of a log: head and tail
 MANAGED = "# --- recorded by bench/lab.py run (do not edit below this line) ---"
+_BUILD_LOCK = threading.Lock()   # --jobs: one build of a cached model at a time
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -118,6 +120,12 @@ def _model(spec, cwd: Path, env: dict, log) -> None:
     spec = {"arch": "qwen2", "layers": 2, "hidden": 64, "dtype": "float32", "dir": "model", **spec}
     key = "{arch}-l{layers}-h{hidden}-{dtype}".format(**spec) + (f"-v{spec['vocab']}" if spec.get("vocab") else "")
     cached = CACHE / "models" / key
+    with _BUILD_LOCK:
+        _build_model(spec, cached, cwd, env, log)
+    shutil.copytree(cached, cwd / spec["dir"])
+
+
+def _build_model(spec: dict, cached: Path, cwd: Path, env: dict, log) -> None:
     if not (cached / "config.json").exists():
         tmp = cached.with_name(cached.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -126,8 +134,8 @@ def _model(spec, cwd: Path, env: dict, log) -> None:
         if spec.get("vocab"):
             cmd += ["--vocab", str(spec["vocab"])]
         _run_quiet(cmd, cwd, env, log)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
         tmp.rename(cached)
-    shutil.copytree(cached, cwd / spec["dir"])
 
 
 def _dataset(spec: dict, cwd: Path, env: dict, log) -> None:
@@ -468,7 +476,16 @@ def main(argv: list[str]) -> int:
         return 0
     if a.cmd == "show":
         f = load_fault(a.id)
-        print(yaml.safe_dump(resolve(f, a.gpu, a.fix), sort_keys=False))
+
+        class _Dumper(yaml.SafeDumper):
+            pass
+
+        def _str(dumper, value):
+            style = "|" if "\n" in value else None
+            return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+        _Dumper.add_representer(str, _str)
+        print(yaml.dump(resolve(f, a.gpu, a.fix), Dumper=_Dumper, sort_keys=False, width=110))
         return 0
     if a.cmd == "ingest":
         results = json.loads((a.folder / "results.json").read_text())
