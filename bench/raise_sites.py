@@ -235,10 +235,12 @@ _BRACE = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 class Templater:
     """Turns a message expression into parts, following local names to their assignments."""
 
-    def __init__(self, func: ast.AST | None, module: ast.Module, constant=None, cls_name: str | None = None):
+    def __init__(self, func: ast.AST | None, module: ast.Module, constant=None, cls_name: str | None = None,
+                 bindings: dict[str, list[Part]] | None = None):
         self.func = func
         self.module = module
         self.cls_name = cls_name
+        self.bindings = bindings or {}  # parameters of an exception factory, bound to the caller's parts
         self.constant = constant  # name -> value of an imported string constant, or None
 
     def parts(self, node: ast.AST | None, before_line: int, depth: int = 0) -> list[Part]:
@@ -303,6 +305,8 @@ class Templater:
         if isinstance(node, ast.IfExp):
             return self.parts(node.body, before_line, depth + 1)
         if isinstance(node, ast.Name):
+            if node.id in self.bindings:
+                return list(self.bindings[node.id])
             return self._name(node.id, before_line, depth)
         return _wild(ast.unparse(node))
 
@@ -749,6 +753,9 @@ class _Visitor(ast.NodeVisitor):
             return self._add(node, "raise", "<re-raise>", [], "reraise")
         if isinstance(exc, ast.Call) and isinstance(exc.func, ast.Attribute) and exc.func.attr == "with_traceback":
             return self._add(node, "raise", "<re-raise>", [], "reraise")
+        made = self._factory(exc, node.lineno) if isinstance(exc, ast.Call) else None
+        if made is not None:
+            return self._add(node, "raise", *made)
         exc_type = _exc_type(exc, self.imports)
         if isinstance(exc, ast.Call):
             arg = _message_arg(exc)
@@ -756,6 +763,37 @@ class _Visitor(ast.NodeVisitor):
         else:
             parts = []
         self._add(node, "raise", exc_type, parts)
+
+    def _function_named(self, name: str) -> ast.FunctionDef | None:
+        """A def of this name in an enclosing function or at module level."""
+        for scope in [*(n for n in reversed(self.stack) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
+                      self.module]:
+            for n in scope.body:
+                if isinstance(n, ast.FunctionDef) and n.name == name:
+                    return n
+        return None
+
+    def _factory(self, call: ast.Call, line: int, templ: "Templater | None" = None, depth: int = 0):
+        """`raise _error("path missing")` where _error is a helper that returns an exception:
+        the (type, parts) the helper builds, its parameters bound to the caller's arguments."""
+        if depth > 3 or not isinstance(call.func, ast.Name) or call.func.id in vars(builtins):
+            return None
+        fdef = self._function_named(call.func.id)
+        if fdef is None:
+            return None
+        body = [b for b in fdef.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+        if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.Call):
+            return None
+        templ = templ or self.templater()
+        params = [a.arg for a in fdef.args.args]
+        bindings = {p: templ.parts(a, line) for p, a in zip(params, call.args)}
+        inner = Templater(fdef, self.module, self.constant, templ.cls_name, bindings)
+        ret = body[0].value
+        deeper = self._factory(ret, line, inner, depth + 1)
+        if deeper is not None:
+            return deeper
+        arg = _message_arg(ret)
+        return _exc_type(ret, self.imports), (inner.parts(arg, line) if arg is not None else [])
 
     def visit_Assert(self, node):
         self.generic_visit(node)
