@@ -341,6 +341,8 @@ def run_one(fid: str, gpu: bool, fix: bool, out_dir: Path | None, keep: bool) ->
 def record(fid: str, results: list[dict]) -> None:
     """Write the runs' outcomes into the managed block at the end of fault.yaml."""
     path = LAB / fid / "fault.yaml"
+    if not path.is_file():      # the fault was removed while the batch ran
+        return
     text = path.read_text()
     body, _, managed = text.partition(MANAGED)
     state = yaml.safe_load(managed) or {} if managed else {}
@@ -518,6 +520,8 @@ def main(argv: list[str]) -> int:
         todo.append(fid)
     modes = [True] if a.only_fix else ([False, True] if a.fix else [False])
 
+    record_lock = threading.Lock()
+
     def one(fid: str) -> tuple[list[dict], int]:
         results, bad = [], 0
         for fix in modes:
@@ -536,6 +540,9 @@ def main(argv: list[str]) -> int:
                   + (" (timed out)" if r["timed_out"] else ""), flush=True)
             if fix and not r["passed"]:
                 bad += 1
+        if a.out is None and results:
+            with record_lock:          # as soon as this fault is done: a long batch keeps what it did
+                record(fid, results)
         return results, bad
 
     failed = 0
@@ -549,8 +556,6 @@ def main(argv: list[str]) -> int:
     for fid, (results, bad) in zip(todo, outcomes):
         failed += bad
         everything += results
-        if a.out is None and results:
-            record(fid, results)
     if a.results:
         a.results.write_text(json.dumps(everything, indent=1))
     return 1 if failed else 0
