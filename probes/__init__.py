@@ -11,6 +11,7 @@ MODULES = (
     "deepspeed_ops",
     "versions_compat",
     "config_deepspeed",
+    "config_llamafactory",
     "config_memory",
     "config_zero3_guards",
     "zero3_model",

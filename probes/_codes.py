@@ -5,8 +5,9 @@ user lands on. Tests check that each exists in known_errors/ and that no code ha
 # the codes of the rules over the user's run, defined beside those rules (runconfig may not
 # import the probes) and listed here with the others
 from mgft_doctor.runconfig.codes import (  # noqa: F401
-    BF16_UNSUPPORTED, DS_AUTO_OUTSIDE_TRAINER, DS_BATCH_ARITHMETIC, DS_CONFIG_INVALID, DS_HF_MISMATCH,
-    DS_MIXED_PRECISION, DS_NO_ZERO_SECTION,
+    BF16_UNSUPPORTED, DS_AUTO_OUTSIDE_TRAINER, DS_BATCH_ARITHMETIC, DS_CONFIG_INVALID, DS_HF_MISMATCH, DS_MISSING,
+    DS_MIXED_PRECISION, DS_NO_ZERO_SECTION, LF_ARG_REFUSED, LF_DATASET, LF_DATASET_FORMAT, LF_EXTRA_MISSING,
+    LF_LORA_TARGET, LF_OUTPUT_DIR, LF_QUANT_BACKEND, LF_STRING_NUMBER, LF_TEMPLATE, LF_UNKNOWN_KEY,
     NCCL_WATCHDOG_TIMEOUT, ZERO3_EMPTY_SAVE, ZERO3_QUANTIZED,
 )
 
@@ -43,5 +44,4 @@ HOST_OOM_OFFLOAD = "MGD707"  # CPU offload needs more host RAM than there is
 VERSION_OUTSIDE_PIN = "MGD901"  # outside LLaMA-Factory's required range, or outside another package's Requires-Dist
 LF_OPTIMIZER_GUARD = "MGD904"  # GaLore/APOLLO with DeepSpeed, layer-wise GaLore/APOLLO or ratio BAdam distributed
 LF_ZERO3_GUARD = "MGD905"  # predict_with_generate / pure_bf16 / pissa_init / use_kt under ZeRO-3
-DS_MISSING = "MGD907"  # DeepSpeed requested but the deepspeed package is not installed
 TORCH_MISSING = "MGD908"  # torch missing or broken where the run needs it (also: llamafactory missing, metadata unreadable)

@@ -1,7 +1,9 @@
 """config.deepspeed: the user's DeepSpeed JSON (and the LLaMA-Factory YAML that names it)
 against what DeepSpeed and the HF Trainer accept: "auto" values, batch arithmetic, precision,
-ZeRO sections, a ddp_timeout so large that a hang never fails. Each problem says its repair;
-`mgft-doctor fix` applies them."""
+ZeRO sections, a ddp_timeout so large that a hang never fails, and what the Trainer and
+accelerate refuse when the YAML and the JSON disagree (clipping, optimizer and scheduler
+fields, fp16/bf16, no zero_optimization), quoted as they print it. Each problem says its
+repair; `mgft-doctor fix` applies them."""
 
 from __future__ import annotations
 

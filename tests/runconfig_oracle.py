@@ -14,7 +14,9 @@ Cases (a JSON object name -> case), each run in its own `cwd`:
   order: HfTrainerDeepSpeedConfig + trainer_config_process, accelerate's DeepSpeedPlugin,
   set_mixed_precision(args.mixed_precision), trainer_config_finalize.
 A "yaml" file is read as llamafactory-cli reads it (OmegaConf); "args" are passed as they are.
-- {"mode": "build", "out": "folder"}: a tiny LLaMA with a BPE tokenizer (the run cases' model).
+- {"mode": "args", "yaml": ...}: LLaMA-Factory's get_train_args alone (its parser and checks).
+- {"mode": "build", "out": "folder"}: a tiny LLaMA with a BPE tokenizer (the run cases' model);
+  {"mode": "copy_model", "src", "out", "config": {...}}: a copy with keys merged into config.json.
 """
 
 import json
@@ -59,10 +61,42 @@ def read_yaml(case):
     return OmegaConf.to_container(OmegaConf.load(Path(case["yaml"]).absolute()))
 
 
+def on_this_cpu(args: dict) -> dict:
+    """pure_bf16's device check (This device does not support `pure_bf16`) answered yes on a machine
+    without a GPU: it is this machine's fact, not the case's."""
+    import torch
+
+    if args.get("pure_bf16") and not torch.cuda.is_available():
+        import llamafactory.hparams.parser as parser
+
+        parser.is_torch_bf16_gpu_available = lambda: True
+    return args
+
+
 def run(case):
     from llamafactory.train.tuner import run_exp
 
-    run_exp(read_yaml(case))
+    run_exp(on_this_cpu(read_yaml(case)))
+
+
+def args_only(case):
+    """LLaMA-Factory's argument parser and its checks alone (hparams/parser.py get_train_args)."""
+    from llamafactory.hparams import get_train_args
+
+    get_train_args(on_this_cpu(read_yaml(case)))
+
+
+def copy_model(case):
+    """A copy of a built model whose config.json gets case["config"] merged in (e.g. a quantization_config)."""
+    import shutil
+
+    shutil.copytree(case["src"], case["out"], dirs_exist_ok=True)
+    path = os.path.join(case["out"], "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg.update(case["config"])
+    with open(path, "w") as f:
+        json.dump(cfg, f)
 
 
 def pair(case):
@@ -72,13 +106,9 @@ def pair(case):
     from llamafactory.hparams import get_train_args
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
-    args = {k: v for k, v in read_yaml(case).items() if k != "deepspeed"}
+    args = on_this_cpu({k: v for k, v in read_yaml(case).items() if k != "deepspeed"})
     if not torch.cuda.is_available():
         args["use_cpu"] = True
-        if args.get("pure_bf16"):  # its CPU check (This device does not support `pure_bf16`) is not the case
-            import llamafactory.hparams.parser as parser
-
-            parser.is_torch_bf16_gpu_available = lambda: True
     training_args = get_train_args(args)[2]
     hf = HfTrainerDeepSpeedConfig(case["ds"])  # TrainingArguments.__post_init__, section 12
     hf.trainer_config_process(training_args)
@@ -132,7 +162,8 @@ def main():
     start = os.getcwd()
     for name, case in cases.items():
         os.chdir(case.get("cwd", start))
-        fn = {"run": run, "pair": pair, "build": lambda c: build(c["out"])}[case["mode"]]
+        fn = {"run": run, "args": args_only, "pair": pair, "copy_model": copy_model,
+              "build": lambda c: build(c["out"])}[case["mode"]]
         results[name] = outcome(fn, case)
         print(f"oracle: {name}: {results[name]}", file=sys.stderr, flush=True)
     os.chdir(start)

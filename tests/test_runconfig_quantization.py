@@ -1,6 +1,8 @@
 """QLoRA in the run checks: the base weights config.memory counts for 4- and 8-bit quantization
 (QLoRA's published 4.127 bits per NF4 weight with double quantization; the linear layers a
-quantizer really replaces, counted on models transformers builds)."""
+quantizer really replaces, counted on models transformers builds), and config.llamafactory's
+backend check (bitsandbytes missing here: the real LLaMA-Factory refuses the same YAML, see
+test_runconfig_lf_rules.py's bnb_missing case), including versions and devices."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 
 from mgft_doctor.check.context import Context, Options
 from mgft_doctor.check.facts import Facts
-from mgft_doctor.runconfig import memory as me
+from mgft_doctor.runconfig import RunConfig, codes, lf_rules, memory as me
 
 LLAMA_7B = dict(model_type="llama", hidden_size=4096, num_hidden_layers=32, intermediate_size=11008,
                 num_attention_heads=32, vocab_size=32000, tie_word_embeddings=False)
@@ -86,3 +88,55 @@ def test_config_memory_counts_4bit_weights(tmp_path):
     assert by(lora)[(0, "none")] - by(qlora)[(0, "none")] == pytest.approx((13.48e9 - 3.87e9 - 0.09e9) / 2**30, rel=0.03)
     assert qlora.metrics["base_weights_GiB"] == pytest.approx(3.87e9 / 2**30, rel=0.02)
     assert any("bnb 4-bit (double quant)" in d for d in qlora.details)
+
+
+def _env(**kw) -> lf_rules.Env:
+    base = dict(versions={"transformers": "5.6.0", "llamafactory": "0.9.5"}, bnb_min="0.46.1")
+    return lf_rules.Env(**{**base, **kw})
+
+
+def _quant(tmp_path, yaml_text: str, env: lf_rules.Env, ds: dict | None = None):
+    (tmp_path / "q.yaml").write_text(yaml_text)
+    rc = RunConfig(yaml_path=str(tmp_path / "q.yaml"), ds=ds)
+    return lf_rules.quantization(lf_rules.LfRun(rc, lf_rules.llamafactory_args(rc)), env)
+
+
+def test_bitsandbytes_missing_old_or_without_a_device(tmp_path):
+    q4 = "quantization_bit: 4\nfinetuning_type: lora\n"
+    missing = _quant(tmp_path, q4, _env())
+    assert [p.code for p in missing] == [codes.LF_QUANT_BACKEND] and "bitsandbytes>=0.39.0" in missing[0].message
+    assert "bitsandbytes>=0.46.1" in missing[0].fix  # what transformers 5.6 asks for, above LLaMA-Factory's pin
+    z3 = _quant(tmp_path, q4, _env(versions={"bitsandbytes": "0.42.0"}), ds={"zero_optimization": {"stage": 3}})
+    assert "0.43.0" in z3[0].message  # LLaMA-Factory's pin for QLoRA under ZeRO-3
+    old = _quant(tmp_path, q4, _env(versions={"bitsandbytes": "0.45.0"}))
+    assert "requires bitsandbytes: `pip install -U bitsandbytes>=0.46.1`" in old[0].message
+    ok = {"bitsandbytes": {"ok": True, "supported_devices": ["cuda"]}}
+    cpu_only = _quant(tmp_path, q4, _env(versions={"bitsandbytes": "0.48.0"}, imports=ok, devices=["cpu"]))
+    assert cpu_only[0].severity == "warn" and "None of the available devices" in cpu_only[0].message
+    gpu = _quant(tmp_path, q4, _env(versions={"bitsandbytes": "0.48.0"}, imports=ok, devices=["cpu", "cuda"]))
+    assert gpu == []
+    broken = {"bitsandbytes": {"error_type": "RuntimeError", "error": "CUDA Setup failed despite GPU being available."}}
+    assert "does not import" in _quant(tmp_path, q4, _env(versions={"bitsandbytes": "0.48.0"}, imports=broken))[0].message
+
+
+def test_hqq_and_eetq_need_a_gpu(tmp_path):
+    env = _env(versions={"hqq": "0.2.5", "eetq": "1.0.1"}, imports={"hqq": {"ok": True}, "eetq": {"ok": True}},
+               devices=["cpu"])
+    hqq = _quant(tmp_path, "quantization_bit: 4\nquantization_method: hqq\n", env)
+    assert "HQQ model with a device_map that contains a CPU" in hqq[0].message
+    eetq = _quant(tmp_path, "quantization_bit: 4\nquantization_method: eetq\n", env)
+    assert "EETQ only accepts 8-bit quantization." in eetq[0].message
+
+
+@pytest.mark.slow
+def test_config_llamafactory_fails_a_qlora_yaml_here_without_importing_torch(tmp_path, run_check):
+    """bitsandbytes is not installed in the test Python (the real LLaMA-Factory refuses this YAML:
+    test_runconfig_lf_rules.py::bnb_missing): the probe says so, and its worker imported nothing."""
+    (tmp_path / "q.yaml").write_text("model_name_or_path: m\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                                     "quantization_bit: 4\ndataset: x\ndataset_dir: ONLINE\ntemplate: qwen\n"
+                                     "output_dir: out\n")
+    code, probes, _ = run_check("check", str(tmp_path / "q.yaml"), "--only", "config.llamafactory")
+    p = probes["config.llamafactory"]
+    assert code == 1 and p["status"] == "fail", p
+    assert [f["code"] for f in p["findings"]] == [codes.LF_QUANT_BACKEND]
+    assert p["metrics"]["worker_s"] < 5 and p["metrics"]["rules_ms"] < 500

@@ -116,6 +116,21 @@ class _Prefilter:
                       and (patterns[i].need <= 1 or words.get(i, 0) >= patterns[i].need))
 
 
+_PREFILTERS: dict[tuple[int, ...], _Prefilter] = {}
+
+
+def _prefilter_for(patterns: list[Pattern]) -> _Prefilter:
+    """One prefilter per catalog: building the automaton takes ~20 ms, and the pytest plugin
+    explains every failing test. The cached one holds its patterns, so their ids stay theirs."""
+    key = tuple(map(id, patterns))
+    found = _PREFILTERS.get(key)
+    if found is None:
+        if len(_PREFILTERS) >= 4:
+            _PREFILTERS.clear()
+        found = _PREFILTERS[key] = _Prefilter(patterns)
+    return found
+
+
 class Matcher:
     def __init__(self, entries: list[Entry]):
         self.entries = entries
@@ -131,7 +146,7 @@ class Matcher:
             for p in entry.excludes:
                 self.slots.append(_Slot(ei, "exclude", 0, p))
         self.hits: dict[int, Hits] = {}
-        self._prefilter = _Prefilter([s.pattern for s in self.slots])
+        self._prefilter = _prefilter_for([s.pattern for s in self.slots])
         self._seen: dict[str, tuple[int, ...]] = {}  # exact line -> the slots that match it
         self._shapes: dict[bytes, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # shape -> (blind hits, others to try)
         self._timeouts: dict[int, int] = {}

@@ -12,3 +12,15 @@ ZERO3_EMPTY_SAVE = "MGD801"  # stage3_gather_16bit_weights_on_model_save false
 BF16_UNSUPPORTED = "MGD805"  # bf16 asked on a GPU without bf16
 DS_NO_ZERO_SECTION = "MGD510"  # accelerate: a DeepSpeed JSON used through the Trainer without zero_optimization
 DS_MIXED_PRECISION = "MGD511"  # accelerate: the YAML's fp16/bf16 against the other one enabled in the JSON
+DS_MISSING = "MGD907"  # DeepSpeed requested but the deepspeed package is not installed
+# LLaMA-Factory's own pre-flight (lf_rules.py)
+LF_ARG_REFUSED = "MGD909"  # an argument value or combination LLaMA-Factory's parser or loader refuses
+LF_UNKNOWN_KEY = "MGD910"  # a YAML key no argument has ("Some keys are not used by the HfArgumentParser")
+LF_DATASET = "MGD911"  # dataset not in dataset_info.json, its file missing, the wrong kind for the stage
+LF_DATASET_FORMAT = "MGD912"  # the dataset's rows do not have the columns/roles its declared format reads
+LF_TEMPLATE = "MGD913"  # template name LLaMA-Factory does not know
+LF_LORA_TARGET = "MGD914"  # lora_target names no module of the architecture
+LF_EXTRA_MISSING = "MGD915"  # the package an option needs (unsloth, liger-kernel, wandb, flash-attn, ...) is missing
+LF_QUANT_BACKEND = "MGD916"  # quantization_bit's backend (bitsandbytes, hqq, eetq) missing, too old, or not for this device
+LF_OUTPUT_DIR = "MGD917"  # output_dir holds a model / a checkpoint it resumes from; resume_from_checkpoint points nowhere
+LF_STRING_NUMBER = "MGD918"  # a number (or flag) quoted in the YAML reaches the code as a string
