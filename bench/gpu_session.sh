@@ -17,7 +17,8 @@ t_all=$(date +%s)
   > "$T/0_install.txt" 2>&1 || { tail -20 "$T/0_install.txt"; exit 1; }
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 timed() { local t0=$(date +%s.%N); "$@"; local rc=$?; echo "exit=$rc wall=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s"; }
-want() { case ",$PARTS," in *",$1,"*) return 0;; *) return 1;; esac; }
+want() { pack; case ",$PARTS," in *",$1,"*) return 0;; *) return 1;; esac; }
+pack() { tar -C "$T" -czf "$OUT/transcripts.tgz" . 2>/dev/null; }  # after every part: a call cut short still brings back what ran
 REPO=$(pwd)
 ARCH_AS_IMAGE=${TORCH_CUDA_ARCH_LIST:-}
 
