@@ -16,6 +16,11 @@ t_all=$(date +%s)
   && python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target /tmp/site . ; } \
   > "$T/0_install.txt" 2>&1 || { tail -20 "$T/0_install.txt"; exit 1; }
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+# pip --target replaces bin/ on its second install: give back the console scripts the runs need
+for s in "llamafactory-cli llamafactory.cli" "deepspeed deepspeed.launcher.runner" "accelerate accelerate.commands.accelerate_cli"; do
+  set -- $s; [ -x /tmp/site/bin/$1 ] || printf '#!/bin/sh\nexec python3 -c "import sys; from %s import main; sys.argv[0] = \"%s\"; sys.exit(main())" "$@"\n' "$2" "$1" > /tmp/site/bin/$1
+  chmod +x /tmp/site/bin/$1
+done
 timed() { local t0=$(date +%s.%N); "$@"; local rc=$?; echo "exit=$rc wall=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s"; }
 want() { pack; case ",$PARTS," in *",$1,"*) return 0;; *) return 1;; esac; }
 pack() { tar -C "$T" -czf "$OUT/transcripts.tgz" . 2>/dev/null; }  # after every part: a call cut short still brings back what ran
