@@ -118,7 +118,7 @@ dist.all_reduce(x); print("never", flush=True)
 PY
     n=$(nvidia-smi -L | wc -l)
     echo; echo "\$ mgft-doctor run --stall 20 -- torchrun --nproc_per_node $n /tmp/stall.py   # planted stall"
-    timed mgft-doctor run --stall 20 --log /tmp/run_stall.log -- torchrun --nproc_per_node "$n" /tmp/stall.py 2>&1 | tail -30
+    timed mgft-doctor run --stall 20 --log /tmp/run_stall.log -- torchrun --nproc_per_node "$n" /tmp/stall.py 2>&1 | grep -v "^  File\|^    " | tail -40; cat ~/.cache/mgft-doctor/runs/*/stall.json 2>/dev/null | head -c 3000
   } > "$T/6_run.txt" 2>&1
 fi
 
