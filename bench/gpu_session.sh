@@ -17,10 +17,16 @@ t_all=$(date +%s)
   > "$T/0_install.txt" 2>&1 || { tail -20 "$T/0_install.txt"; exit 1; }
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 # pip --target replaces bin/ on its second install: give back the console scripts the runs need
-for s in "llamafactory-cli llamafactory.cli" "deepspeed deepspeed.launcher.runner" "accelerate accelerate.commands.accelerate_cli"; do
-  set -- $s; [ -x /tmp/site/bin/$1 ] || printf '#!/bin/sh\nexec python3 -c "import sys; from %s import main; sys.argv[0] = \"%s\"; sys.exit(main())" "$@"\n' "$2" "$1" > /tmp/site/bin/$1
-  chmod +x /tmp/site/bin/$1
-done
+python3 - <<'PY'
+import os
+for name, mod in [("llamafactory-cli", "llamafactory.cli"), ("deepspeed", "deepspeed.launcher.runner"),
+                  ("accelerate", "accelerate.commands.accelerate_cli")]:
+    path = f"/tmp/site/bin/{name}"
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(f"#!/bin/sh\nexec python3 -c \"import sys; from {mod} import main; sys.argv[0] = '{name}'; sys.exit(main())\" \"$@\"\n")
+        os.chmod(path, 0o755)
+PY
 timed() { local t0=$(date +%s.%N); "$@"; local rc=$?; echo "exit=$rc wall=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s"; }
 want() { pack; case ",$PARTS," in *",$1,"*) return 0;; *) return 1;; esac; }
 pack() { tar -C "$T" -czf "$OUT/transcripts.tgz" . 2>/dev/null; }  # after every part: a call cut short still brings back what ran
@@ -117,8 +123,8 @@ if dist.get_rank() == dist.get_world_size() - 1:
 dist.all_reduce(x); print("never", flush=True)
 PY
     n=$(nvidia-smi -L | wc -l)
-    echo; echo "\$ mgft-doctor run --stall 20 -- torchrun --nproc_per_node $n /tmp/stall.py   # planted stall"
-    timed mgft-doctor run --stall 20 --log /tmp/run_stall.log -- torchrun --nproc_per_node "$n" /tmp/stall.py 2>&1 | grep -v "^  File\|^    " | tail -40; cat ~/.cache/mgft-doctor/runs/*/stall.json 2>/dev/null | head -c 3000
+    [ -n "${QUICK:-}" ] || { echo; echo "\$ mgft-doctor run --stall 20 -- torchrun --nproc_per_node $n /tmp/stall.py   # planted stall"
+    timed mgft-doctor run --stall 20 --log /tmp/run_stall.log -- torchrun --nproc_per_node "$n" /tmp/stall.py 2>&1 | grep -v "^  File\|^    " | tail -40; cat ~/.cache/mgft-doctor/runs/*/stall.json 2>/dev/null | head -c 3000; }
   } > "$T/6_run.txt" 2>&1
 fi
 
@@ -126,8 +132,8 @@ if want rehearse; then
   {
     echo '$ mgft-doctor check lora_z3.yaml --rehearse --only rehearsal -v   # LoRA SFT, passes'
     (cd $R && TORCH_CUDA_ARCH_LIST=9.0 timed mgft-doctor check lora_z3.yaml --rehearse --only rehearsal -v)
-    echo '$ mgft-doctor check full_z3_adamw.yaml --rehearse --only rehearsal -v   # full SFT, AdamW section (image arch list: FusedAdam build)'
-    (cd $R && timed mgft-doctor check full_z3_adamw.yaml --rehearse --only rehearsal -v)
+    [ -n "${QUICK:-}" ] || { echo '$ mgft-doctor check full_z3_adamw.yaml --rehearse --only rehearsal -v   # full SFT, AdamW section (image arch list: FusedAdam build)'
+    (cd $R && timed mgft-doctor check full_z3_adamw.yaml --rehearse --only rehearsal -v); }
     echo '$ mgft-doctor check lora_badtarget.yaml --rehearse --only rehearsal -v   # planted: a LoRA target the model lacks'
     (cd $R && TORCH_CUDA_ARCH_LIST=9.0 timed mgft-doctor check lora_badtarget.yaml --rehearse --only rehearsal -v)
   } > "$T/7_rehearse.txt" 2>&1
