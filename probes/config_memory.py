@@ -30,6 +30,15 @@ def offload_label(rc) -> str:
     return "optimizer" if off_opt else "none"
 
 
+def _model_line(where: str, shape, lora, quant) -> str:
+    """The -v line that says what is counted: parameters, LoRA or full, how the base weights are held."""
+    return (f"model {where}: {_count(shape.total_params)} parameters"
+            + (f", MoE {shape.experts} experts" if shape.experts else "")
+            + (f"; LoRA rank {lora}" if lora else "; full fine-tuning")
+            + (f"; base weights {quant.describe()} on {_count(shape.quantizable_params)} linear weights "
+               f"(embeddings, head, norms{', routed experts' if shape.experts else ''} stay 16-bit)" if quant else ""))
+
+
 def applies(ctx: Context) -> str | None:
     """A model (--model, or the YAML's; the run config holds either) whose config.json is read
     and whose shape the memory arithmetic understands."""
@@ -65,11 +74,7 @@ def run(ctx: Context):
     plans = me.plans(shape, world, per_node, micro, seq, lora, ckpt, flash, quant)
     stage = rc.zero_stage if rc and rc.ds is not None else None
     chosen_off = offload_label(rc) if rc and rc.ds is not None else "none"
-    details = [f"model {where}: {_count(shape.total_params)} parameters"
-               + (f", MoE {shape.experts} experts" if shape.experts else "")
-               + (f"; LoRA rank {lora}" if lora else "; full fine-tuning")
-               + (f"; base weights {quant.describe()} on {_count(shape.quantizable_params)} linear weights "
-                  f"(embeddings, head, norms{', routed experts' if shape.experts else ''} stay 16-bit)" if quant else ""),
+    details = [_model_line(where, shape, lora, quant),
                f"{world} GPU(s) of {gpu_mem / GiB:.0f} GiB{' (assumed: none visible here)' if not gpus_here else ''}, "
                f"host {host / GiB:.0f} GiB" if host else "host memory unknown",
                f"micro batch {micro}, sequence {seq}, gradient checkpointing {'on' if ckpt else 'off'}, "

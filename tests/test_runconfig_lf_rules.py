@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -36,6 +37,9 @@ CASES = {
     "unquoted_lr_1e-4": ({}, "learning_rate: 1e-4\n", None, None),  # a string in PyYAML, a float in OmegaConf
     "quoted_rank": ({"lora_rank": None}, 'lora_rank: "8"\n', (codes.LF_STRING_NUMBER, FAIL),
                     "'<=' not supported between instances of 'str' and 'int'"),
+    # a quoted "false" is a true str: LLaMA-Factory trains (and saves) although the YAML seems to say no
+    "quoted_false_do_train": ({"do_train": None, "output_dir": "out_quoted_false"}, 'do_train: "false"\n',
+                              (codes.LF_STRING_NUMBER, WARN), None),
     "quant_full": ({"quantization_bit": 4, "finetuning_type": "full"}, "", (codes.LF_ARG_REFUSED, FAIL),
                    "Quantization is only compatible with the LoRA or OFT method."),
     "eval_without_data": ({"do_eval": True}, "", (codes.LF_ARG_REFUSED, FAIL),
@@ -226,6 +230,7 @@ def test_llamafactory_fails_on_every_planted_case_and_passes_every_near_miss(lab
         elif said is not None and (r["ok"] or said not in r["msg"]):
             wrong[name] = f"expected {said!r}, got {r}"
     assert wrong == {}
+    assert (lab / "out_quoted_false" / "adapter_model.safetensors").is_file()  # it trained
 
 
 @pytest.mark.slow
@@ -235,13 +240,97 @@ def test_llamafactory_cli_train_fails_as_the_rule_says(lab, name):
     import subprocess
 
     from runconfig_oracle import ENV, ask
+    from test_watch_runs import find_tool
 
+    cli = find_tool("llamafactory-cli")
     if not (lab / "model" / "model.safetensors").exists():
         ask({"build": {"mode": "build", "out": str(lab / "model")}}, lab)
-    cli = Path(sys.executable).with_name("llamafactory-cli")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MGFT_DOCTOR_", "PYTEST_"))}
     env.update(ENV, HF_HOME=str(lab / ".hf"))
     proc = subprocess.run([str(cli), "train", f"{name}.yaml"], cwd=lab, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode != 0
     assert CASES[name][3] in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
+# every entry of lf_rules.COMBINATIONS, planted alone on BASE (None drops a key): its message is
+# what LLaMA-Factory's parser raises
+PLANTS = {
+    "Please provide `model_name_or_path`.": {"model_name_or_path": None},
+    "Invalid fine-tuning method.": {"finetuning_type": "qlora"},
+    "`reward_model` is necessary for PPO training.": {"stage": "ppo"},
+    "`reward_model_type` cannot be lora for Freeze/Full PPO training.": {"stage": "ppo", "reward_model": "rm",
+                                                                         "finetuning_type": "full"},
+    "`dpo_label_smoothing` is only valid for sigmoid loss function.": {"stage": "dpo", "pref_loss": "hinge",
+                                                                       "dpo_label_smoothing": 0.1},
+    "`use_llama_pro` is only valid for Freeze or LoRA training.": {"finetuning_type": "full", "use_llama_pro": True},
+    "Cannot use LoRA with GaLore, APOLLO or BAdam together.": {"use_galore": True},
+    "Cannot use GaLore, APOLLO or BAdam together.": {"finetuning_type": "full", "use_galore": True, "use_apollo": True},
+    "Cannot use PiSSA for current training stage.": {"stage": "kto", "pissa_init": True},
+    "`loraplus_lr_ratio` is only valid for LoRA training.": {"finetuning_type": "full", "loraplus_lr_ratio": 16.0},
+    "`use_rslora` is only valid for LoRA training.": {"finetuning_type": "full", "use_rslora": True},
+    "`use_dora` is only valid for LoRA training.": {"finetuning_type": "full", "use_dora": True},
+    "`pissa_init` is only valid for LoRA training.": {"finetuning_type": "full", "pissa_init": True},
+    "Cannot specify `val_size` if `dataset` is None.": {"dataset": None, "val_size": 0.1},
+    "Cannot specify `val_size` if `eval_dataset` is not None.": {"eval_dataset": "tiny", "val_size": 0.1},
+    "`interleave_probs` is only valid for interleaved mixing.": {"interleave_probs": "1.0"},
+    "Streaming mode should have an integer val size.": {"streaming": True, "val_size": 0.1},
+    "`max_samples` is incompatible with `streaming`.": {"streaming": True, "max_samples": 10},
+    "`mask_history` is incompatible with `train_on_prompt`.": {"mask_history": True, "train_on_prompt": True},
+    "`predict_with_generate` cannot be set as True except SFT.": {"stage": "pt", "predict_with_generate": True},
+    "`neat_packing` cannot be set as True except SFT.": {"stage": "pt", "neat_packing": True},
+    "`train_on_prompt` or `mask_history` cannot be set as True except SFT.": {"stage": "pt", "train_on_prompt": True},
+    "Please enable `predict_with_generate` to save model predictions.": {"do_predict": True, "eval_dataset": "tiny"},
+    "RM and PPO stages do not support `load_best_model_at_end`.": {
+        "stage": "rm", "load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "steps",
+        "eval_steps": 1, "save_steps": 1, "eval_dataset": "tiny"},
+    "PPO training does not support evaluation, use the SFT stage to evaluate models.": {
+        "stage": "ppo", "reward_model": "rm", "do_train": None},
+    "PPO training is incompatible with S^2-Attn.": {"stage": "ppo", "reward_model": "rm", "shift_attn": True},
+    "Please specify `max_steps` in streaming mode.": {"streaming": True, "max_steps": None},
+    "Please specify dataset for training.": {"dataset": None},
+    "Please make sure eval_dataset be provided or val_size >1e-6": {"do_eval": True},
+    "Cannot use `predict_with_generate` and `compute_accuracy` together.": {
+        "predict_with_generate": True, "compute_accuracy": True, "eval_dataset": "tiny"},
+    "Cannot use device map for quantized models in training.": {"quantization_bit": 4, "quantization_device_map": "auto"},
+    "FP8 training is not compatible with quantization. Please disable one of them.": {"fp8": True, "quantization_bit": 4},
+    "vLLM/SGLang backend is only available for API, CLI and Web.": {"infer_backend": "vllm"},
+    "Adapter is only valid for the LoRA method.": {"finetuning_type": "full", "adapter_name_or_path": "adapter"},
+    "Quantization is only compatible with the LoRA or OFT method.": {"quantization_bit": 4, "finetuning_type": "full"},
+    "Please use scripts/pissa_init.py to initialize PiSSA for a quantized model.": {"quantization_bit": 4, "pissa_init": True},
+    "Cannot resize embedding layers of a quantized model.": {"quantization_bit": 4, "resize_vocab": True},
+    "Cannot create new adapter upon a quantized model.": {"quantization_bit": 4, "adapter_name_or_path": "adapter",
+                                                          "create_new_adapter": True},
+    "Quantized model only accepts a single adapter. Merge them first.": {"quantization_bit": 4,
+                                                                         "adapter_name_or_path": "a1,a2"},
+}
+
+
+def _plant(folder: Path, message: str) -> Path:
+    name = "plant_" + re.sub(r"\W+", "_", message)[:50]
+    args = {k: v for k, v in {**BASE, **PLANTS[message]}.items() if v is not None}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(args, sort_keys=False))
+    return path
+
+
+def test_every_combination_has_a_plant():
+    assert set(PLANTS) == {m for _, m, _, _ in lf_rules.COMBINATIONS if m}
+
+
+@pytest.mark.parametrize("message", list(PLANTS))
+def test_each_combination_refused_alone(lab, env, message):
+    rc = RunConfig(yaml_path=str(_plant(lab, message)))
+    run = lf_rules.LfRun(rc, lf_rules.llamafactory_args(rc))
+    said = [p.message for p in lf_rules.refused_combinations(run, env)]
+    assert said and f"\"{message}\"" in said[0], said
+
+
+@pytest.mark.slow
+def test_llamafactory_parser_refuses_each_combination_with_its_message(lab):
+    from runconfig_oracle import ask
+
+    cases = {m: {"mode": "args", "yaml": str(_plant(lab, m)), "cwd": str(lab)} for m in PLANTS}
+    got = ask(cases, lab)
+    wrong = {m: r for m, r in got.items() if r["ok"] or m not in r["msg"]}
+    assert wrong == {}

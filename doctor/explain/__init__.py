@@ -37,6 +37,7 @@ class _Read:
     matcher: Matcher
     versions: LogVersions
     phases: PhaseTracker
+    line_totals: dict[int, int]
     stats: dict
 
 
@@ -49,7 +50,9 @@ def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
     versions = LogVersions()
     phases = PhaseTracker()
     stats: dict = {}
+    line_totals: dict[int, int] = {}
     for index, source in enumerate(sources):
+        before = stats.get("lines", 0)
         for line in scan(phases.tap(source, index), triggers, index, stats):
             events = len(reader.events)
             reader.feed(line)
@@ -58,7 +61,8 @@ def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
             matcher.feed(line)
             versions.feed(line.text)
             phases.feed(line)
-    return _Read(reader.finish(), matcher, versions, phases, stats)
+        line_totals[index] = stats.get("lines", 0) - before
+    return _Read(reader.finish(), matcher, versions, phases, line_totals, stats)
 
 
 def explain_sources(sources: list[LogSource], use_installed: bool = False,
@@ -84,7 +88,7 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
     consequences = [e.line for e in analysis.consequences]
     if root_line is not None:
         frames = analysis.root.traceback.frames if analysis.root and analysis.root.traceback else []
-        phase = read.phases.phase_at(root_line, frames)
+        phase = read.phases.phase_at(root_line, frames, read.line_totals.get(root_line.source))
         advice = advise(analysis.root if root_kind != "anomaly" else None, root_line, root_kind,
                         phase.name if phase else None, consequences, llamafactory="llamafactory" in found)
     return ExplainReport(

@@ -62,8 +62,10 @@ _MAP = re.compile(rb"Map(?: \(num_proc=\d+\))?: +\d{1,3}%")
 _DS_STEP = re.compile(rb"\] step=(\d+), skipped=")
 TAIL_BYTES = 64 << 10
 KEEP_BLOCKS = 2  # the last blocks, where the root error usually is
+BACKWARD_LINES = 20_000  # a root this near the log's end is found walking back from it
 PIN_BLOCKS = 2  # and the first blocks with an error in them
 TIMELINE_LIMIT = 20_000
+PLAIN_CACHE = 20_000  # texts of salient lines known to name no phase
 
 # Frames of the root traceback that name the phase better than the lines before it, in this
 # order: the Trainer's loop calls the data collator and the save, so saving is checked first.
@@ -114,8 +116,10 @@ class Phase:
 class _Track:
     """One log: its marks in order, the block being read, the last blocks' bytes."""
 
+    index: int = 0
     marks: list[Mark] = field(default_factory=list)
     block: int = -1
+    first: tuple[int, str] | None = None  # the current block's first salient line
     pending: list[Mark] = field(default_factory=list)  # markers of the current block
     block_lines: list[tuple[int, str]] = field(default_factory=list)  # its salient lines
     peeked: tuple[int, Mark] | None = None  # the current block's last progress or save
@@ -133,16 +137,19 @@ class PhaseTracker:
 
     def __init__(self) -> None:
         self.tracks: dict[int, _Track] = {}
+        self._track: _Track | None = None  # the log being read
+        self._plain: set[str] = set()
 
     def tap(self, source: LogSource, index: int) -> LogSource:
         """A source that yields the same line-aligned UTF-8 blocks, peeked at first."""
-        track = self.tracks.setdefault(index, _Track())
+        track = self._track = self.tracks.setdefault(index, _Track(index=index))
         return LogSource(source.name, _BlockStream(self._watch(iter_blocks(source, self.block_size), track)), "utf-8")
 
     def _watch(self, blocks: Iterator[bytes], track: _Track) -> Iterator[bytes]:
         for block in blocks:
             _close_block(track)
             track.block += 1
+            track.first = None
             track.kept[track.block] = block
             if track.block - KEEP_BLOCKS not in track.pinned:
                 track.kept.pop(track.block - KEEP_BLOCKS, None)
@@ -151,23 +158,30 @@ class PhaseTracker:
         _close_block(track)
 
     def feed(self, line: LogLine) -> None:
-        """A salient line: remembered for ordering the block's peeked mark; a marker when it names a phase."""
-        track = self.tracks.get(line.source)
-        if track is None:
-            track = self.tracks[line.source] = _Track()
-        if track.block not in track.first_line:
-            track.first_line[track.block] = (line.no, line.text)
+        """A salient line: remembered for ordering the block's peeked mark; a marker when it
+        names a phase. Called for every salient line, so the common path does little."""
+        track = self._track
+        if track is None or track.index != line.source:
+            track = self._track = self.tracks.setdefault(line.source, _Track(index=line.source))
+        text = line.text
+        if track.first is None:
+            track.first = track.first_line[track.block] = (line.no, text)
         track.last_line = line.no
         if track.peeked is not None:
-            track.block_lines.append((line.no, line.text))
-        if _ANY_MARKER.search(line.text) is None:
+            track.block_lines.append((line.no, text))
+        if text in self._plain:  # a line seen before that named no phase (warnings repeat every step)
             return
-        phase = next(ph for _, p, ph in MARKERS if p.search(line.text))
-        total = _TOTAL_STEPS.search(line.text)
+        if not any(literal in text for literal in TRIGGERS) or _ANY_MARKER.search(text) is None:
+            if len(self._plain) >= PLAIN_CACHE:
+                self._plain.clear()
+            self._plain.add(text)
+            return
+        phase = next(ph for _, p, ph in MARKERS if p.search(text))
+        total = _TOTAL_STEPS.search(text)
         if total:
             track.total = int(total.group(1).replace(",", ""))
         track.pending.append(Mark(track.block, line.no, phase, None, track.total if total else None,
-                                  line.text.strip()[:300], line.no))
+                                  text.strip()[:300], line.no))
 
     def pin(self, line: LogLine) -> None:
         """An error was printed in the current block: keep its bytes (the first few such
@@ -176,12 +190,14 @@ class PhaseTracker:
         if track is not None and len(track.pinned) < PIN_BLOCKS and track.block in track.kept:
             track.pinned.add(track.block)
 
-    def phase_at(self, root: LogLine, frames: list[LogLine] | None = None) -> Phase | None:
+    def phase_at(self, root: LogLine, frames: list[LogLine] | None = None,
+                 lines_total: int | None = None) -> Phase | None:
         """The phase the run was in when the root line was printed; frames (the root traceback's
-        'File ..., in func' lines) override the log's markers where they are decisive."""
+        'File ..., in func' lines) override the log's markers where they are decisive.
+        lines_total: the number of lines of that log, which places lines near its end quickly."""
         track = self.tracks.get(root.source, _Track())
         _close_block(track)  # a last block the scanner read after the tracker had filed it
-        marks = _marks_before(track, root.no)
+        marks = _marks_before(track, root.no, lines_total)
         phase = _with_frames(_from_marks(marks), frames or [])
         if phase is None and _IMPORT_ERROR.match(root.text.strip()):
             phase = Phase(START_UP, line=root.no, text=root.text.strip())  # an import fails before anything runs
@@ -190,40 +206,73 @@ class PhaseTracker:
         return phase
 
 
-def _marks_before(track: _Track, line: int) -> list[Mark]:
-    """The marks printed before `line`. The block holding it and the one before, when still
-    kept, are read again in full up to that line, so the last progress or save before it is
-    exact (a peek sees only a block's tail)."""
+def _marks_before(track: _Track, line: int, lines_total: int | None) -> list[Mark]:
+    """The marks printed before `line`. The block holding it, when still kept, is read again up
+    to that line, so the last progress or save before it is exact (a peek sees only a block's
+    tail); when nothing is there, the kept block before it is read again likewise."""
     before = [m for m in track.marks if m.key < line]
     root_block = max((b for b, (first, _) in track.first_line.items() if first <= line), default=track.block)
-    root_base = _block_base(track.kept.get(root_block), track.first_line.get(root_block))
-    if root_base is None:
+    data = track.kept.get(root_block)
+    anchor = _anchor(data, track.first_line.get(root_block))
+    if anchor is None:
         return before
-    blocks = [b for b in (root_block - 1, root_block) if b in track.kept]
-    marks = [m for m in before if m.block < blocks[0] or m.line is not None]
-    total = next((m.total for m in reversed(marks) if m.total), None)
-    for block in blocks:
-        last = block == root_block
-        base = root_base if last else _block_base(track.kept[block], track.first_line.get(block))
-        mark = _reread(track.kept[block], base, line if last else None, total)
-        if mark is not None:
-            mark.block = block
-            # a block with no salient line: its mark comes before the root block's lines
-            mark.key = mark.line if mark.line is not None else root_base - 0.5
-            marks.append(mark)
+    last_block = lines_total if root_block == track.block else None
+    end = _line_start(data, line, anchor, last_block)
+    total = next((m.total for m in reversed(before) if m.total), None)
+    found = _last_progress(data, end, total)
+    earlier = root_block
+    if found is None and root_block - 1 in track.kept:
+        earlier = root_block - 1
+        prev = track.kept[earlier]
+        found = _last_progress(prev, len(prev), total)
+        if found is not None:  # its line, counted back from the root block's first line
+            base = anchor[1] - data.count(b"\n", 0, anchor[0])
+            found[1].line = base - prev.count(b"\n", found[0])
+    elif found is not None:
+        found[1].line = line - data.count(b"\n", found[0], end)
+    marks = [m for m in before if m.block < earlier or m.line is not None]
+    if found is not None:
+        mark = found[1]
+        mark.block, mark.key = earlier, mark.line
+        marks.append(mark)
     return sorted(marks, key=lambda m: m.key)
 
 
-def _reread(data: bytes, base: int | None, line: int | None, total: int | None) -> Mark | None:
-    """The last progress or save in a kept block, up to `line` (its whole length when None)."""
-    end = _offset_of_line(data, line - base) if line is not None and base is not None else len(data)
-    found = _progress_before(data, end, total, 0)
-    if found is None:
+def _last_progress(data: bytes, end: int, total: int | None) -> tuple[int, Mark] | None:
+    """The last progress or save before end, looked for in growing windows back from end (the
+    latest window with any holds the latest)."""
+    size = TAIL_BYTES
+    stop = end
+    while stop > 0:
+        start = max(0, end - size)
+        found = _progress_before(data, stop, total, start)
+        if found is not None:
+            return found
+        stop, size = start, size * 8
+    return None
+
+
+def _anchor(data: bytes | None, first: tuple[int, str] | None) -> tuple[int, int] | None:
+    """(offset, line number) of the start of the block's first salient line: that line's text
+    first occurs where that line is (an earlier copy would have been salient too)."""
+    if data is None or first is None:
         return None
-    pos, mark = found
-    if base is not None:
-        mark.line = base + data.count(b"\n", 0, pos)
-    return mark
+    no, text = first
+    pos = data.find(text.strip()[:60].encode("utf-8", "replace"))
+    return None if pos < 0 else (data.rfind(b"\n", 0, pos) + 1, no)
+
+
+def _line_start(data: bytes, line: int, anchor: tuple[int, int], lines_total: int | None) -> int:
+    """Offset of the start of `line` in the block: walked back from the block's end when it is
+    the log's last block and the line is near its end, else skipped forward from the anchor."""
+    if lines_total is not None and 0 <= lines_total - line < BACKWARD_LINES:
+        pos = len(data)
+        for _ in range(lines_total - line + 2):
+            pos = data.rfind(b"\n", 0, pos)
+            if pos < 0:
+                return 0
+        return pos + 1
+    return _offset_of_line(data, line - anchor[1], anchor[0])
 
 
 class _BlockStream:
@@ -328,22 +377,12 @@ def _text(block: bytes, pos: int) -> str:
     return block[seg:min(stop, seg + 300)].decode("utf-8", "replace").strip()
 
 
-def _block_base(data: bytes | None, first: tuple[int, str] | None) -> int | None:
-    """The block's first line number, from its first salient line: that line's text first
-    occurs where that line is (an earlier copy would have been salient too)."""
-    if data is None or first is None:
-        return None
-    no, text = first
-    pos = data.find(text.strip()[:60].encode("utf-8", "replace"))
-    return None if pos < 0 else no - data.count(b"\n", 0, pos)
-
-
-def _offset_of_line(block: bytes, index: int) -> int:
-    """Byte offset where the block's index-th line (0-based) starts; the lines are skipped by
-    one counted regex repeat, in C."""
+def _offset_of_line(block: bytes, index: int, start: int = 0) -> int:
+    """Byte offset where the index-th line after the one starting at `start` starts; the lines
+    are skipped by one counted regex repeat, in C."""
     if index <= 0:
-        return 0
-    m = re.compile(rb"(?:[^\n]*\n){%d}" % index).match(block)
+        return start
+    m = re.compile(rb"(?:[^\n]*\n){%d}" % index).match(block, start)
     return m.end() if m else len(block)
 
 

@@ -63,7 +63,8 @@ class LfRun:
         return default if value is None else value
 
     def on(self, key: str) -> bool:
-        return self.args.get(key) is True
+        """The flag as LLaMA-Factory tests it (`if args.x:`): a quoted "false" is true there too."""
+        return bool(self.args.get(key))
 
     @property
     def stage(self) -> str:
