@@ -344,11 +344,11 @@ def test_lora_sft_under_llamafactorys_zero3_json_passes_and_leaves_the_users_fol
 
 FAULTS = {
     # a column the dataset's rows do not have: LLaMA-Factory's format conversion raises a KeyError
-    "missing_column": ({"dataset": "tiny_q"}, "MGD912"),
+    "missing_column": ({"dataset": "tiny_q"}, "MGD960"),
     # a LoRA target the architecture has no module of: peft refuses at model load
-    "lora_target": ({"lora_target": "c_attn"}, "MGD914"),
+    "lora_target": ({"lora_target": "c_attn"}, "MGD961"),
     # a template name LLaMA-Factory does not know: refused when the data is prepared
-    "template": ({"template": "qwen4_nothink"}, "MGD913"),
+    "template": ({"template": "qwen4_nothink"}, "MGD927"),
 }
 
 
@@ -390,8 +390,8 @@ EXAMPLE_RUNS = {
     "train_qlora/qwen3_lora_sft_otfq.yaml": (QWEN3, "pass"),
     "train_qlora/qwen3_lora_sft_bnb_npu.yaml": (QWEN3, "pass"),
     "extras/fsdp_qlora/llama3_lora_sft.yaml": (LLAMA3, "pass"),
-    "extras/galore/llama3_full_sft.yaml": (LLAMA3, "MGD915"),
-    "extras/badam/llama3_full_sft.yaml": (LLAMA3, "MGD915"),
+    "extras/galore/llama3_full_sft.yaml": (LLAMA3, "MGD931"),
+    "extras/badam/llama3_full_sft.yaml": (LLAMA3, "MGD931"),
 }
 CI_EXAMPLES = ("train_lora/qwen3_lora_dpo.yaml", "train_full/qwen3_full_sft.yaml",
                "train_qlora/llama3_lora_sft_gptq.yaml", "extras/galore/llama3_full_sft.yaml")
