@@ -184,3 +184,13 @@ def test_reading_stays_small(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60)
     assert "more than 100,000 values" in out.stdout and int(out.stdout.split()[-1]) < 600_000, out.stdout + out.stderr
     assert resource  # the limit itself is the child's ru_maxrss (KiB)
+
+
+@pytest.mark.parametrize("field, value", [("num_experts", 2 ** 31), ("num_hidden_layers", "9" * 30),
+                                          ("vocab_size", -1), ("hidden_size", 1e300)])
+def test_a_model_size_the_arithmetic_cannot_hold_is_a_reason(tmp_path, field, value):
+    """memory.py builds a list per expert and per layer: a size from a hostile config.json must not
+    take the host's memory (it did: 18 GB for num_experts 2**31)."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, field: value}))
+    cfg, why = load_model_config(str(tmp_path))
+    assert cfg is None and f"{field}: " in why and "out of range for a model size" in why and len(why) < 400
