@@ -194,3 +194,19 @@ def test_a_model_size_the_arithmetic_cannot_hold_is_a_reason(tmp_path, field, va
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, field: value}))
     cfg, why = load_model_config(str(tmp_path))
     assert cfg is None and f"{field}: " in why and "out of range for a model size" in why and len(why) < 400
+
+
+def test_check_cli_bad_shapes_are_exit_2_or_a_finding(tmp_path, run_doctor):
+    """A JSON given to check: its bad shape is one line and exit 2 before any probe; the same JSON
+    named by a YAML is config.deepspeed's finding with the key path (exit 1), never exit 3."""
+    ds = write(tmp_path, "ds.json", {"zero_optimization": [1, 2]})
+    code, out, err = run_doctor("check", ds, "--only", "config")
+    assert code == 2 and err.strip() == f"mgft-doctor: {ds}: zero_optimization: expected a mapping, got a list"
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    code, out, err = run_doctor("check", str(zero), "--only", "config")
+    assert code == 2 and "not a regular file" in err and len(err.strip().splitlines()) == 1
+    yml = write(tmp_path, "t.yaml", f"deepspeed: {ds}\n")
+    code, out, err = run_doctor("check", yml, "--only", "config.deepspeed", "--json", input="")
+    found = json.loads(out)["probes"][0]["findings"]
+    assert code == 1 and found[0]["message"] == f"{ds}: zero_optimization: expected a mapping, got a list"
