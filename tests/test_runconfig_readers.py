@@ -4,7 +4,6 @@ hang or gigabytes of memory."""
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -176,14 +175,14 @@ def test_missing_model_tells_a_path_from_a_hub_id(tmp_path):
 
 
 def test_reading_stays_small(tmp_path):
-    """A 16 MB JSON of numbers reads within a few hundred MB (the cap holds what is read)."""
+    """A JSON of 2,000,000 numbers is refused within a few tens of MB (the walk stops at its bound)."""
     path = write(tmp_path, "ds.json", '{"x": [' + ",".join(["1"] * 2_000_000) + "]}")
-    code = ("import resource, sys\nfrom mgft_doctor.runconfig import read_ds_json\n"
+    code = ("import sys\nfrom mgft_doctor.runconfig import read_ds_json\n"
             "try:\n    read_ds_json(sys.argv[1])\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+            "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])")
     out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60)
-    assert "more than 100,000 values" in out.stdout and int(out.stdout.split()[-1]) < 600_000, out.stdout + out.stderr
-    assert resource  # the limit itself is the child's ru_maxrss (KiB)
+    # VmHWM (KiB): the peak of this process's own memory; ru_maxrss would carry the forking parent's
+    assert "more than 100,000 values" in out.stdout and int(out.stdout.split()[-1]) < 300_000, out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("field, value", [("num_experts", 2 ** 31), ("num_hidden_layers", "9" * 30),
