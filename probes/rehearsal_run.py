@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -90,9 +91,11 @@ def run(ctx: Context):
     on_gpu = backend == "nccl"
     folder = tempfile.mkdtemp(prefix="mgft-doctor-rehearsal-")
     try:
+        t0 = time.perf_counter()
         prep = prepare(ctx, folder, on_gpu)
         if prep.get("verdict") is not None:
             return prep["verdict"]
+        prep["prepare_s"] = time.perf_counter() - t0
         res = run_llamafactory(ctx, folder, prep, nproc, on_gpu)
         return judge(res, prep, nproc, backend, rc)
     finally:
@@ -258,7 +261,7 @@ def what_ran(rc, prep: dict, nproc: int, backend: str) -> str:
 def judge(res: dict, prep: dict, nproc: int, backend: str, rc):
     details = _describe(res, prep)
     metrics = {"backend": backend, "world_size": nproc, "wall_s": round(res["wall_s"], 1),
-               "shrunk_params": (prep.get("model") or {}).get("params")}
+               "prepare_s": round(prep.get("prepare_s", 0.0), 1), "shrunk_params": (prep.get("model") or {}).get("params")}
     metrics.update(_peak_metrics(res["peaks"]))
     ran = what_ran(rc, prep, nproc, backend)
     if res["timed_out"]:
@@ -293,7 +296,8 @@ def _passed(res: dict, ran: str, metrics: dict, details: list[str]):
         else "nothing saved"
     sps = results.get("train_steps_per_second")
     summary = (f"{ran}: {len(steps)} steps" + (f" at {float(sps):.2f} steps/s" if sps is not None else "")
-               + f", {saved_text}" + (f"; peak {mem} per rank" if mem else "") + f"; {res['wall_s']:.0f} s")
+               + f", {saved_text}" + (f"; peak {mem} per rank" if mem else "")
+               + f"; {res['wall_s']:.0f} s (+{metrics['prepare_s']:.0f} s building it)")
     return verdict(summary, findings, metrics, details)
 
 

@@ -139,6 +139,7 @@ def test_list_says_why_a_probe_would_skip(tmp_path, capsys):
     after = {lines[i].split()[0]: lines[i + 1].strip() for i in range(len(lines) - 1)
              if lines[i + 1].startswith(" ")}
     assert after == {"nccl.p2p": "would skip: needs 2 GPUs, 1 visible",
+                     "config.llamafactory": "would skip: no LLaMA-Factory YAML given (mgft-doctor check train.yaml)",
                      "config.memory": "would skip: no model given (--model, or model_name_or_path in the YAML)",
                      "config.zero3_guards": "would skip: no LLaMA-Factory YAML given (mgft-doctor check train.yaml)",
                      "zero3.model": "would skip: no model given (--model PATH_OR_ID, or model_name_or_path in the YAML)",

@@ -289,3 +289,136 @@ def test_the_cli_end_to_end(tmp_path, run_doctor):
     assert code == 2 and err.strip() == "mgft-doctor: --world-size must be a number of GPUs, 1 to 1048576, not -4"
     code, out, err = run_doctor("fix", ds, "--world-size", "8", "--write")
     assert code == 0 and "wrote" in out
+
+
+# ---- the round trip over LLaMA-Factory's own configs ---------------------------------------------
+
+SHIPPED = sorted(p.name for p in (EXAMPLES / "deepspeed").glob("*.json"))
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}
+
+
+def example_yaml_for(name: str) -> str:
+    """An example YAML that uses the JSON (LLaMA-Factory's own where one names it, else its LoRA
+    SFT example with the deepspeed: line added), the model swapped for a local config."""
+    users = [p for p in sorted(EXAMPLES.glob("train_*/*.yaml"))
+             if f"deepspeed: examples/deepspeed/{name}" in p.read_text() and "vl" not in p.name]
+    text = (users[0] if users else EXAMPLES / "train_lora" / "qwen3_lora_sft.yaml").read_text()
+    lines = [line for line in text.splitlines() if not line.startswith(("model_name_or_path:", "deepspeed:"))]
+    return "\n".join(["model_name_or_path: model", f"deepspeed: examples/deepspeed/{name}", *lines]) + "\n"
+
+
+def round_trip_case(root: Path, name: str) -> Path:
+    """A folder laid out as a LLaMA-Factory checkout (llamafactory-cli starts there): the JSON, the
+    YAML, a tiny model's config.json and the two datasets the examples name."""
+    case = root / name.removesuffix(".json")
+    (case / "examples" / "deepspeed").mkdir(parents=True)
+    shutil.copy(EXAMPLES / "deepspeed" / name, case / "examples" / "deepspeed" / name)
+    write(case / "model" / "config.json", TINY)
+    rows = [{"instruction": "hi", "input": "", "output": "hello"}] * 4
+    write(case / "data" / "identity.json", rows)
+    write(case / "data" / "alpaca_en_demo.json", rows)
+    write(case / "data" / "dataset_info.json", {"identity": {"file_name": "identity.json"},
+                                                "alpaca_en_demo": {"file_name": "alpaca_en_demo.json"}})
+    write(case / "train.yaml", example_yaml_for(name))
+    return case
+
+
+def fix_both(case: Path, name: str, unsafe: bool) -> None:
+    flags = ["--unsafe"] if unsafe else []
+    for target in (f"examples/deepspeed/{name}", "train.yaml"):
+        code, out, err = fix(target, "--world-size", "1", "--write", *flags, cwd=case)
+        assert code in (0, 1) and err == "", (target, code, out, err)  # 1: unsafe repairs held back
+
+
+def check_in_process(case: Path) -> list:
+    old = os.getcwd()
+    os.chdir(case)
+    try:
+        from mgft_doctor.check.runner import run_probe
+        from mgft_doctor.probes import config_memory, config_zero3_guards
+
+        ctx = Context(Options(config="train.yaml", nproc=1))
+        ctx.__dict__["facts"] = Facts({"device_count": 0})
+        return [run_probe(p.PROBE, ctx) for p in (config_deepspeed, config_zero3_guards, config_memory)]
+    finally:
+        os.chdir(old)
+
+
+@pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
+@pytest.mark.parametrize("name", SHIPPED)
+def test_round_trip_fix_then_check(tmp_path, name, unsafe):
+    case = round_trip_case(tmp_path, name)
+    fix_both(case, name, unsafe)
+    shipped = json.loads((EXAMPLES / "deepspeed" / name).read_text())
+    assert json.loads((case / "examples" / "deepspeed" / name).read_text()) == shipped  # "auto" kept
+    results = check_in_process(case)
+    assert [(r.id, r.status.value) for r in results if r.status.value in ("fail", "error")] == [], \
+        [(r.id, r.summary, [f.message for f in r.findings]) for r in results]
+    if unsafe:
+        assert "ddp_timeout: 7200" in (case / "train.yaml").read_text()
+
+
+PLANTED = {"gradient_accumulation_steps": 4, "train_micro_batch_size_per_gpu": 3, "train_batch_size": 99,
+           "fp16": {"enabled": True}, "bf16": {"enabled": True}}
+
+
+def planted_case(root: Path) -> Path:
+    """LLaMA-Factory's ZeRO-3 JSON broken the ways users break it (numbers that disagree with the
+    YAML, both precisions on, no 16-bit gather on save): what check fails and fix repairs, safely."""
+    case = round_trip_case(root, "ds_z3_config.json")
+    path = case / "examples" / "deepspeed" / "ds_z3_config.json"
+    ds = json.loads(path.read_text())
+    ds.update(PLANTED)
+    ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = False
+    write(path, ds)
+    return case
+
+
+def test_planted_problems_are_repaired_so_that_check_passes(tmp_path):
+    case = planted_case(tmp_path)
+    assert {r.id for r in check_in_process(case) if r.status.value == "fail"} == {"config.deepspeed"}
+    code, out, err = fix("train.yaml", "--world-size", "1", "--write", cwd=case)
+    assert code == 0 and "# safe:" in out, out + err
+    ds = json.loads((case / "examples" / "deepspeed" / "ds_z3_config.json").read_text())
+    assert {k: ds[k] for k in ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "train_batch_size")} == \
+        dict.fromkeys(("gradient_accumulation_steps", "train_micro_batch_size_per_gpu", "train_batch_size"), "auto")
+    assert ds["fp16"]["enabled"] == ds["bf16"]["enabled"] == "auto"  # the YAML's bf16: true decides, as before
+    assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+    assert [r.id for r in check_in_process(case) if r.status.value in ("fail", "error")] == []
+
+
+@pytest.mark.slow
+def test_round_trip_through_check_and_the_trainer(tmp_path, run_doctor):
+    """Every shipped JSON, fixed (safe, then --unsafe), with an example YAML that uses it: the real
+    `check --only config` and transformers' HfTrainerDeepSpeedConfig process + finalize on
+    TrainingArguments built by LLaMA-Factory from the YAML (tests/runconfig_oracle.py): no failure."""
+    from runconfig_oracle import ask
+
+    cases, seen = {}, {}
+    for name in SHIPPED:
+        for unsafe in (False, True):
+            case = round_trip_case(tmp_path / ("unsafe" if unsafe else "safe"), name)
+            fix_both(case, name, unsafe)
+            cases[f"{name}:{'unsafe' if unsafe else 'safe'}"] = {
+                "mode": "pair", "yaml": str(case / "train.yaml"), "ds": str(case / "examples" / "deepspeed" / name),
+                "cwd": str(case)}
+            if unsafe:
+                old = os.getcwd()
+                os.chdir(case)
+                try:
+                    seen[name] = run_doctor("check", "train.yaml", "--only", "config", "--nproc", "1", "--json", input="")
+                finally:
+                    os.chdir(old)
+    planted = planted_case(tmp_path / "planted")
+    broken = {"mode": "pair", "yaml": str(planted / "train.yaml"), "cwd": str(planted),
+              "ds": str(planted / "examples" / "deepspeed" / "ds_z3_config.json")}
+    assert not ask({"before": broken}, tmp_path / "planted")["before"]["ok"]  # the Trainer refuses it as planted
+    assert fix("train.yaml", "--world-size", "1", "--write", cwd=planted)[0] == 0
+    cases["planted ds_z3_config.json, fixed"] = broken
+    for name, (code, out, err) in seen.items():
+        probes = json.loads(out)["probes"]
+        bad = [(p["id"], p["summary"], p["findings"]) for p in probes if p["status"] in ("fail", "error")]
+        assert code == 0 and bad == [], (name, code, bad, err[-2000:])
+    got = ask(cases, tmp_path)
+    assert {k: v for k, v in got.items() if not v["ok"]} == {}

@@ -331,7 +331,8 @@ def test_lora_sft_under_llamafactorys_zero3_json_passes_and_leaves_the_users_fol
     TIMINGS["lora_sft_zero3"] = round(wall, 1)
     assert code == 0 and p["status"] == "pass", json.dumps(p, indent=1)[-4000:]
     assert _tree_hash(workspace) == before and not (workspace / "saves").exists()
-    assert list((tmp_path / "tmp").iterdir()) == []  # the rehearsal's folder went with it
+    left = [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")]
+    assert left == []  # the rehearsal's folder went with it (inductor's cache stays where it would be: launch)
     m = p["metrics"]
     assert m["steps"] == 3 and m["steps_per_s"] > 0 and m["world_size"] == 2 and m["backend"] == "gloo"
     assert set(m["peak_rss_bytes"]) == {"0", "1"} and min(m["peak_rss_bytes"].values()) > 100 * 2 ** 20

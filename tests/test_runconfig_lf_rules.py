@@ -334,3 +334,14 @@ def test_llamafactory_parser_refuses_each_combination_with_its_message(lab):
     got = ask(cases, lab)
     wrong = {m: r for m, r in got.items() if r["ok"] or m not in r["msg"]}
     assert wrong == {}
+
+
+def test_deepspeed_missing_is_its_own_code(tmp_path):
+    """deepspeed: in the YAML without the package: check_version("deepspeed", mandatory=True) in
+    _check_extra_dependencies (installed here, so only the rule is shown; MGD907's examples hold the
+    library's message)."""
+    p = tmp_path / "t.yaml"
+    p.write_text("stage: sft\ndo_train: true\ndeepspeed: ds.json\n")
+    rc = RunConfig(yaml_path=str(p))
+    found = lf_rules.extras(lf_rules.LfRun(rc, lf_rules.llamafactory_args(rc)), lf_rules.Env(versions={"torch": "2.14.1"}))
+    assert [p.code for p in found] == [codes.DS_MISSING] and "'deepspeed'" in found[0].message

@@ -6,10 +6,10 @@ words, so they reach the tracker as salient lines with exact line numbers. Train
 (tqdm bars, loss dicts), datasets' map progress and checkpoint saves are on almost every line
 of a long run's log, or cost the matcher's fuzzy patterns dear: making them salient would slow
 explain down. So the tracker peeks at the tail of each byte block on its way to the scanner (a
-few `rfind` calls over 64 KB) and keeps the last two blocks and the first blocks with an error;
-at the end it reads the block that holds the root error (and the one before) again up to the
-root's line, so the phase and step there are exact. Memory stays flat: one peeked mark per
-block at most, a few blocks kept."""
+few `rfind` calls over 64 KB) and keeps the last block and the first blocks with an error; at
+the end it reads the block that holds the root error again up to the root's line, so the phase
+and step there are exact. Memory stays flat: one peeked mark per block at most, a few blocks
+kept."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ _SAVING = b"Saving model checkpoint to"
 _MAP = re.compile(rb"Map(?: \(num_proc=\d+\))?: +\d{1,3}%")
 _DS_STEP = re.compile(rb"\] step=(\d+), skipped=")
 TAIL_BYTES = 64 << 10
-KEEP_BLOCKS = 2  # the last blocks, where the root error usually is
+KEEP_BLOCKS = 1  # the last block, where the root error usually is (more would fragment the heap as the log grows)
 BACKWARD_LINES = 20_000  # a root this near the log's end is found walking back from it
 PIN_BLOCKS = 2  # and the first blocks with an error in them
 TIMELINE_LIMIT = 20_000
@@ -114,7 +114,7 @@ class Phase:
 
 @dataclass
 class _Track:
-    """One log: its marks in order, the block being read, the last blocks' bytes."""
+    """One log: its marks in order, the block being read, the kept blocks' bytes."""
 
     index: int = 0
     marks: list[Mark] = field(default_factory=list)
@@ -209,7 +209,7 @@ class PhaseTracker:
 def _marks_before(track: _Track, line: int, lines_total: int | None) -> list[Mark]:
     """The marks printed before `line`. The block holding it, when still kept, is read again up
     to that line, so the last progress or save before it is exact (a peek sees only a block's
-    tail); when nothing is there, the kept block before it is read again likewise."""
+    tail); when nothing is there, the block before it is read again likewise if it was kept."""
     before = [m for m in track.marks if m.key < line]
     root_block = max((b for b, (first, _) in track.first_line.items() if first <= line), default=track.block)
     data = track.kept.get(root_block)

@@ -18,12 +18,22 @@ from .reading import check_tree, parse_json, read_text
 HUB_TIMEOUT_S = 10
 # Hugging Face repo ids: org/name, letters, digits, '-', '_', '.', at most 96 characters each
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
-# the architecture fields memory.py multiplies: a number there must be a plausible size
-ARCH_KEYS = ("hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers", "num_attention_heads",
-             "n_head", "num_key_value_heads", "head_dim", "intermediate_size", "ffn_dim", "vocab_size",
-             "num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size",
-             "shared_expert_intermediate_size", "first_k_dense_replace", "n_shared_experts")
-MAX_ARCH = 1 << 32
+# the architecture fields memory.py multiplies, and how large each can plausibly be: the arithmetic
+# builds a list per expert and per layer, so a 2**31 there would take the host's memory
+_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts", "num_hidden_layers", "n_layer",
+           "num_layers", "first_k_dense_replace", "decoder_sparse_step")
+_SIZES = ("hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim",
+          "intermediate_size", "ffn_dim", "vocab_size", "moe_intermediate_size", "shared_expert_intermediate_size")
+ARCH_LIMITS = {**{k: 1 << 16 for k in _COUNTS}, **{k: 1 << 26 for k in _SIZES}}
+
+
+def _as_number(v) -> float | None:
+    """A number, or a string int() would take for one (memory.py reads them with int())."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str) and len(v) < 4000 and re.fullmatch(r"\s*[+-]?\d+\s*", v):
+        return int(v)
+    return None
 
 
 def looks_like_hub_id(model: str) -> bool:
@@ -74,10 +84,11 @@ def _arch_problem(cfg: dict, where) -> str | None:
         if section in cfg and cfg[section] is not None and not isinstance(cfg[section], dict):
             return f"{where}: {section}: expected a mapping, got a {type(cfg[section]).__name__}"
     for prefix, node in (("", cfg), ("text_config.", cfg.get("text_config")), ("llm_config.", cfg.get("llm_config"))):
-        for key in ARCH_KEYS if isinstance(node, dict) else ():
-            v = node.get(key)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and not 0 <= v <= MAX_ARCH:
-                return f"{where}: {prefix}{key}: {v:g} is out of range for a model size"
+        for key, limit in ARCH_LIMITS.items() if isinstance(node, dict) else ():
+            v = _as_number(node.get(key))
+            if v is not None and not 0 <= v <= limit:
+                shown = f"{v:g}" if isinstance(v, float) or abs(v) < 10 ** 15 else f"{str(v)[:15]}… ({len(str(v))} digits)"
+                return f"{where}: {prefix}{key}: {shown} is out of range for a model size (at most {limit:,})"
     return None
 
 
