@@ -147,11 +147,13 @@ def make_log(path: str, size_mb: int, shape: str = "plain", seed: int = 0) -> in
     return written
 
 
-# the explain command in a child that reports its own peak RSS (ru_maxrss of RUSAGE_CHILDREN
-# would be the largest child so far, not this one)
+# the explain command in a child that reports its own peak RSS: VmHWM of its own memory
+# (ru_maxrss carries the forking parent's peak across fork/exec; RUSAGE_CHILDREN is the largest
+# child so far)
 _CHILD = ("import resource, sys\nfrom mgft_doctor.cli import main\nrc = main(sys.argv[1:])\n"
           "u = resource.getrusage(resource.RUSAGE_SELF)\n"
-          "sys.stderr.write('MAXRSS_KB %d CPU_S %.3f\\n' % (u.ru_maxrss, u.ru_utime + u.ru_stime))\nsys.exit(rc)\n")
+          "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+          "sys.stderr.write('MAXRSS_KB %s CPU_S %.3f\\n' % (hwm, u.ru_utime + u.ru_stime))\nsys.exit(rc)\n")
 
 
 def run_explain(path: str) -> tuple[float, float, float, dict]:

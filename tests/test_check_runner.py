@@ -143,7 +143,6 @@ def test_list_says_why_a_probe_would_skip(tmp_path, capsys):
                      "config.memory": "would skip: no model given (--model, or model_name_or_path in the YAML)",
                      "config.zero3_guards": "would skip: no LLaMA-Factory YAML given (mgft-doctor check train.yaml)",
                      "zero3.model": "would skip: no model given (--model PATH_OR_ID, or model_name_or_path in the YAML)",
-                     "config.llamafactory": "would skip: no LLaMA-Factory YAML given (mgft-doctor check train.yaml)",
                      "rehearsal.run": "would skip: not asked for: add --rehearse (a real miniature run, a minute or more)"}
 
 
