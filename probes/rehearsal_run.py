@@ -139,6 +139,9 @@ def _prep_failure(payload: dict, details: list[str]):
     if step in ("find_tools", "import_torch"):
         return skip(f"LLaMA-Factory cannot run in the examined Python ({one_line(err, 200)}); versions.compat "
                     "reports the stack", details=details)
+    if step == "processor":
+        return skip(f"{payload.get('error', '')}; point model_name_or_path at the local folder "
+                    "that holds them", details=details)
     if step == "build_model" and ("trust_remote_code" in err or "custom code" in err.lower()):
         return skip("the model needs its own Python code (auto_map): rerun with --trust-remote-code", details=details)
     return verdict(f"not rehearsed: the miniature could not be built in '{step}' ({one_line(err, 200)})", [], {},

@@ -179,6 +179,20 @@ def build_model(a: dict, model_dir: str, small: dict) -> dict:
             "params": params, "dtype": str(dtype).replace("torch.", ""), "vocab_size": small.get("vocab_size")}
 
 
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+
+
+def needs_processor(model: dict, tok: dict) -> None:
+    """A multimodal model is trained by LLaMA-Factory through its processor (the image/video
+    preprocessor with the tokenizer): without the model folder's processor files the miniature
+    would fail where the real run does not ('Processor was not found'), so it is not built."""
+    if model.get("loader") != "AutoModelForImageTextToText":
+        return
+    if not any(f in PROCESSOR_FILES for f in tok.get("files") or ()):
+        raise FileNotFoundError(f"{model.get('model_type')} is multimodal and its processor files "
+                                f"({' / '.join(PROCESSOR_FILES)}) are not in a local model folder")
+
+
 # ---- YAML and DeepSpeed JSON -------------------------------------------------------------------------
 
 def quantization_ok(a: dict) -> bool:
@@ -235,6 +249,7 @@ def build(a: dict) -> dict:
     tok = step("tokenizer", prepare_tokenizer, a, model_dir)
     small, notes = step("shrink", small_config_dict, a, tok)
     out["model"] = step("build_model", build_model, a, model_dir, small)
+    step("processor", needs_processor, out["model"], tok)
     names = dataset_names(a["yaml"].get("dataset"))
     out["datasets"], data_notes = step("datasets", build_datasets, names, a.get("dataset_dir"),
                                        str(a["yaml"].get("stage", "sft")), data_dir)
