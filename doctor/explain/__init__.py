@@ -54,9 +54,9 @@ def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
     for index, source in enumerate(sources):
         before = stats.get("lines", 0)
         for line in scan(phases.tap(source, index), triggers, index, stats):
-            events = len(reader.events)
+            events, logged = len(reader.events), len(reader.logged)
             reader.feed(line)
-            if len(reader.events) > events and reader.events[-1].primary:
+            if (len(reader.events) > events and reader.events[-1].primary) or len(reader.logged) > logged:
                 phases.pin(line)
             matcher.feed(line)
             versions.feed(line.text)

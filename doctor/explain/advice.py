@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from .argnames import yaml_key
-from .failures import FailureEvent
+from .failures import FailureEvent, logged_origin
 from .lines import LogLine
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
@@ -37,9 +37,12 @@ class Frame:
     function: str
     library: bool
     text: LogLine | None = None
+    logged_by: str | None = None  # the package whose logger printed the error (no traceback: its location field)
 
     @property
     def package(self) -> str | None:
+        if self.logged_by:
+            return self.logged_by
         m = _PACKAGE.search(self.file)
         return (m.group(1) or m.group(2)) if m else None
 
@@ -47,7 +50,7 @@ class Frame:
         return {"file": self.file, "line": self.line, "function": self.function, "library": self.library}
 
     def where(self) -> str:
-        return f"{self.file}:{self.line} in {self.function}"
+        return f"{self.file}:{self.line}" + (f" in {self.function}" if self.function else "")
 
 
 @dataclass
@@ -78,12 +81,27 @@ def failing_frame(frames: list[LogLine]) -> tuple[Frame | None, Frame | None]:
     return frame, caller
 
 
+def logged_frame(line: LogLine) -> Frame | None:
+    """The place a logged error names (its logger's location field) as a frame; a package's logger
+    (DeepSpeed, LLaMA-Factory, transformers, torch's c10d) means library code."""
+    origin = logged_origin(line.text)
+    if origin is None:
+        return None
+    file, no, func, package = origin
+    return Frame(file, no, func, package in KNOWN_PACKAGES, line, logged_by=package)
+
+
+KNOWN_PACKAGES = {"llamafactory", "transformers", "deepspeed", "torch", "accelerate", "peft", "trl", "datasets"}
+
+
 def advise(root: FailureEvent | None, root_line: LogLine | None, kind: str | None, phase: str | None,
            consequences: list[LogLine], llamafactory: bool = False) -> Advice:
     """llamafactory: the log shows a LLaMA-Factory run (its version or its frames), so steps may
     name its YAML keys and dataset_info.json."""
     frames = root.traceback.frames if root is not None and root.traceback is not None else []
     frame, caller = failing_frame(frames)
+    if frame is None and root is not None and root.kind == "logged":
+        frame = logged_frame(root.line)
     text = root_line.text.strip() if root_line is not None else ""
     key = yaml_key(text)
     error_kind = classify(text, kind, frame, phase)

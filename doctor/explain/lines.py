@@ -27,7 +27,8 @@ _NOT_HOSTS = (".py", ".cc", ".cpp", ".h", ".so")
 _BOX = "│╭╰┃╮╯─ "  # rich's boxed tracebacks
 # an error glued to a progress bar that had no newline: '…155.57 examples/s][E ProcessGroupNCCL.cpp:475] …'
 _GLUED = re.compile(r"(?<=\])(?=\[(?:rank\d+\]:|default\d+\]:|[EW]\d{0,4} ))")
-_GLOG_RANK = re.compile(r"\[(?:Rank|rank|PG \d+ Rank) (\d+)\]")
+# '[Rank 1]', '[PG 0 Rank 1]', '[PG ID 0 PG GUID 0(default_pg) Rank 1]' (ProcessGroupNCCL's logPrefix)
+_GLOG_RANK = re.compile(r"\[(?:Rank|rank|PG [^\]\[]{0,60}?Rank) (\d+)\]")
 _ONE_PREFIX = re.compile(r"\[(?:rank|default|Rank|RANK)\s?\d+\]:?\s?")
 MAX_LINE_CHARS = 4000  # matching looks at no more of a line than this
 

@@ -145,7 +145,7 @@ def _root(out: Out, report: ExplainReport, verbose: bool) -> None:
     out.item(4, "", f"[red]{escape(clip(r.text, ROOT_CHARS if out.tty and not verbose else FULL_CHARS))}[/]")
     advice = report.advice
     if advice is not None and advice.frame is not None and (verbose or not report.diagnoses):
-        out.item(2, "Raised in: ", escape(frame_words(advice.frame)))
+        out.item(2, "Logged in: " if advice.frame.logged_by else "Raised in: ", escape(frame_words(advice.frame)))
         if advice.caller is not None:
             out.item(2, "Called from your code at ", escape(advice.caller.where()))
     if report.consequences:
