@@ -179,3 +179,97 @@ def test_a_timeout_with_no_own_error_before_it_stays_the_root():
     r = explain_text(log)
     assert "Watchdog caught collective operation timeout" in r.root_error.text and r.failed_rank == 1
     assert r.diagnoses and r.diagnoses[0].code == "MGD302"
+
+
+# --- a rank's own error-level log lines (logger formats from deepspeed/utils/logging.py,
+# llamafactory/extras/logging.py, transformers/utils/logging.py and c10's glog-style prefix) ---
+
+def _summary(rank: int, code: int = 1) -> str:
+    return (TORCHRUN_SUMMARY.replace("local_rank: 1", f"local_rank: {rank}").replace("rank      : 1", f"rank      : {rank}")
+            .replace("exitcode: 1)", f"exitcode: {code})").replace("exitcode  : 1", f"exitcode  : {code}"))
+
+
+def test_deepspeed_logged_error_is_the_root_and_its_traceback_gives_the_frame():
+    log = ("[2026-12-01 14:02:10,001] [INFO] [comm.py:652:init_distributed] cdb=None\n"
+           "[rank1]: [2026-12-01 14:03:22,123] [ERROR] [engine.py:2516:_configure_basic_optimizer] Install mup to use MuAdam optimizer\n"
+           "[rank1]: Traceback (most recent call last):\n"
+           '[rank1]:   File "/opt/LLaMA-Factory/src/train.py", line 28, in <module>\n'
+           '[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/engine.py", line 2517, in _configure_basic_optimizer\n'
+           "[rank1]: UnboundLocalError: cannot access local variable 'MuAdam' where it is not associated with a value\n"
+           + TORCHRUN_SUMMARY)
+    r = explain_text(log)
+    assert r.root_kind == "logged" and r.root_error.no == 2 and r.root_error.rank == 1 and r.failed_rank == 1
+    assert "Install mup to use MuAdam optimizer" in r.root_error.text
+    assert r.advice.frame.function == "_configure_basic_optimizer" and r.advice.frame.line == 2517  # the traceback's
+    assert r.diagnoses and r.diagnoses[0].code != "MGD113"
+
+
+def test_a_logged_error_then_only_an_exit_code_beats_the_exit_code_fallback():
+    log = ("[INFO|2026-12-01 14:02:10] llamafactory.hparams.parser:143 >> Process rank: 1, world size: 2, device: cuda:1\n"
+           "[rank1]: [2026-12-01 14:03:22,123] [ERROR] [engine.py:5363:_create_checkpoint_file] "
+           "Failed saving model checkpoint to /out/checkpoint-100 with tag global_step100\n" + TORCHRUN_SUMMARY)
+    r = explain_text(log)
+    assert r.root_kind == "logged" and r.root_error.no == 2
+    assert "MGD113" not in [d.code for d in r.diagnoses]  # 'printed no error of its own' would contradict the log
+    frame = r.advice.frame  # no traceback: the logger's own location field
+    assert (frame.file, frame.line, frame.function, frame.package, frame.library) == (
+        "engine.py", 5363, "_create_checkpoint_file", "deepspeed", True)
+
+
+def test_llamafactory_and_transformers_error_lines_are_errors_their_warnings_are_noise():
+    lf = ("[WARNING|2026-12-01 14:02:10] llamafactory.hparams.parser:148 >> `ddp_find_unused_parameters` needs to be set as False for LoRA in DDP training.\n"
+          "[rank1]: [ERROR|2026-12-01 14:02:11] llamafactory.hparams.model_args:251 >> Failed to load special tokens config "
+          "from 'tokens.yaml': [Errno 2] No such file or directory: 'tokens.yaml'\n" + TORCHRUN_SUMMARY)
+    r = explain_text(lf)
+    assert r.root_kind == "logged" and r.root_error.no == 2 and r.root_error.rank == 1
+    assert r.advice.frame.file == "llamafactory/hparams/model_args.py" and r.advice.frame.line == 251
+    tf = ("[rank0]: [ERROR|modeling_utils.py:3298] 2026-12-01 14:02:11,004 >> Provided path (/out/model.bin) should be a directory, not a file\n"
+          + _summary(0))
+    r = explain_text(tf)
+    assert r.root_kind == "logged" and "should be a directory" in r.root_error.text
+    assert r.advice.frame.package == "transformers"
+    warn_only = lf.splitlines(keepends=True)[0] + TORCHRUN_SUMMARY
+    assert explain_text(warn_only).root_kind == "exit"  # a warning is not the rank's error
+
+
+def test_glog_error_of_the_failing_rank_is_the_root_and_the_peers_watchdog_its_consequence():
+    log = ("[rank0]:[W1201 14:03:20.123456 12345 ProcessGroupNCCL.cpp:4561] [PG ID 0 PG GUID 0 Rank 0]  using GPU 0 to "
+           "perform barrier as devices used by this process are currently unknown.\n"
+           "[rank1]:E1201 14:03:22.123456 12346 ProcessGroupNCCL.cpp:1234] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
+           "ProcessGroupNCCL encountered a CUDA error in the communicator: unspecified launch failure\n"
+           "[rank0]:[E1201 14:33:22.118000 12345 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: "
+           "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800043 milliseconds before timing out.\n"
+           "[rank0]:[E1201 14:33:22.119000 12345 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) Rank 0] failure "
+           "detected by watchdog at work sequence id: 7 PG status: last enqueued work: 7, last completed work: 6\n"
+           + _summary(0, -6))
+    r = explain_text(log)
+    assert r.root_error.no == 2 and r.root_error.rank == 1 and r.failed_rank == 1
+    assert [c.no for c in r.consequences] == [3]
+    assert r.advice.frame.file == "ProcessGroupNCCL.cpp" and r.advice.kind == "cuda"
+    assert not any(d.code in ("MGD301", "MGD302") for d in r.diagnoses)
+
+
+def test_older_torch_error_prefix_is_an_own_error():
+    log = ("[E socket.cpp:957] [c10d] The client socket has timed out after 900s while trying to connect to (10.0.0.1, 29500).\n"
+           + _summary(0))
+    r = explain_text(log)
+    assert r.root_kind == "logged" and r.root_error.no == 1
+    assert r.advice.frame.file == "socket.cpp" and r.advice.frame.line == 957
+
+
+def test_logged_errors_of_a_healthy_run_or_long_before_the_failure_are_not_the_root():
+    ds = "[2026-12-01 14:02:11,004] [ERROR] [config_utils.py:78:_process_deprecated_field] Tried removing deprecated 'cpu_offload' from config\n"
+    healthy = ds + "{'train_runtime': 1210.4, 'train_loss': 1.02, 'epoch': 3.0}\n"
+    r = explain_text(healthy)
+    assert not r.failure and r.diagnoses == []
+    late = (ds + "{'loss': 1.1, 'epoch': 0.1}\n" * 600 + "[rank1]: Traceback (most recent call last):\n"
+            '[rank1]:   File "train.py", line 9, in <module>\n' "[rank1]: KeyError: 'labels'\n" + TORCHRUN_SUMMARY)
+    r = explain_text(late)
+    assert r.root_error.text == "KeyError: 'labels'"
+    other_rank = ("[rank0]: " + ds + "[rank1]: Traceback (most recent call last):\n"
+                  '[rank1]:   File "train.py", line 9, in <module>\n' "[rank1]: KeyError: 'labels'\n" + TORCHRUN_SUMMARY)
+    r = explain_text(other_rank)  # torchrun names rank 1: rank 0's logged error is not its error
+    assert r.root_error.text == "KeyError: 'labels'"
+    launcher = ("[2024-09-11 08:01:02,500] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+                "'--local_rank=1'] exits with return code = 1\n")
+    assert explain_text(launcher).root_kind == "exit"  # the deepspeed launcher's own line is no rank's error
