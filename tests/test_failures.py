@@ -273,3 +273,115 @@ def test_logged_errors_of_a_healthy_run_or_long_before_the_failure_are_not_the_r
     launcher = ("[2024-09-11 08:01:02,500] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
                 "'--local_rank=1'] exits with return code = 1\n")
     assert explain_text(launcher).root_kind == "exit"  # the deepspeed launcher's own line is no rank's error
+
+
+# --- torchrun stopped by a signal, and tracebacks that rich drew in a box ---
+
+TORCHRUN_GOT_SIGTERM = (
+    "{'loss': 1.2345, 'grad_norm': 0.51, 'learning_rate': 4.9e-05, 'epoch': 0.31}\n"
+    " 31%|███       | 310/1000 [1:02:11<2:18:22, 12.03s/it]\n"
+    "W1201 14:03:22.123000 50300 torch/distributed/elastic/agent/server/api.py:753] Received Signals.SIGTERM death signal, shutting down workers\n"
+    "W1201 14:03:22.124000 50300 torch/distributed/elastic/multiprocessing/api.py:1029] Sending process 50313 closing signal SIGTERM\n"
+    "Traceback (most recent call last):\n"
+    '  File "/opt/venv/bin/torchrun", line 8, in <module>\n'
+    "    sys.exit(main())\n"
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 357, in wrapper\n'
+    "    return f(*args, **kwargs)\n"
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/agent/server/api.py", line 747, in run\n'
+    "    result = self._invoke_run(role)\n"
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 86, in _terminate_process_handler\n'
+    '    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)\n'
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 50300 got signal: 15\n"
+)
+
+
+def test_torchrun_stopped_by_sigterm_is_read_as_its_traceback():
+    r = explain_text(TORCHRUN_GOT_SIGTERM)
+    assert r.failure and r.root_kind == "signal"
+    assert r.root_error.text.endswith("SignalException: Process 50300 got signal: 15") and r.root_error.no == 14
+    assert r.advice.frame.function == "_terminate_process_handler" and r.advice.caller is None  # torchrun is no user code
+    assert r.advice.kind == "stopped" and "time limit" in r.advice.next_steps[0]
+    assert r.phase.name == "mid-training" and r.phase.step == 310
+    assert r.diagnoses and r.diagnoses[0].code == "MGD125"
+
+
+def test_a_sigkill_summary_is_the_root_and_not_the_sigterm_of_the_others():
+    log = ("Loading checkpoint shards:  50%|#####     | 2/4 [00:21<00:21, 10.70s/it]\n"
+           "W1201 14:03:22.124000 50300 torch/distributed/elastic/multiprocessing/api.py:1029] Sending process 50314 closing signal SIGTERM\n"
+           "E1201 14:03:23.533000 50300 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 0 (pid: 50313) of binary: /opt/venv/bin/python\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+           "Failures:\n[1]:\n  time      : 2026-12-01_14:03:22\n  host      : gpu-a\n  rank      : 1 (local_rank: 1)\n"
+           "  exitcode  : -15 (pid: 50314)  (SIGTERM)\n  error_file: <N/A>\n  traceback : Signal 15 (SIGTERM) received by PID 50314\n"
+           "Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-01_14:03:22\n  host      : gpu-a\n"
+           "  rank      : 0 (local_rank: 0)\n  exitcode  : -9 (pid: 50313)  (SIGKILL)\n  error_file: <N/A>\n"
+           "  traceback : Signal 9 (SIGKILL) received by PID 50313\n")
+    r = explain_text(log)
+    assert r.root_kind == "exit" and "exitcode: -9" in r.root_error.text and r.failed_rank == 0
+    assert r.diagnoses and r.diagnoses[0].code == "MGD705"
+    # with torchrun's own SignalException too, the -9 of a rank still says more than the signal
+    r = explain_text(TORCHRUN_GOT_SIGTERM + log)
+    assert r.root_kind == "exit" and "exitcode: -9" in r.root_error.text
+
+
+def test_an_error_file_traceback_in_torchruns_summary_is_a_traceback():
+    log = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+           "Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-01_14:03:22\n  host      : gpu-a\n"
+           "  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 50314)\n"
+           "  error_file: /tmp/torchelastic_abc/none_x/attempt_0/1/error.json\n"
+           "  traceback : Traceback (most recent call last):\n"
+           '    File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 357, in wrapper\n'
+           "      return f(*args, **kwargs)\n"
+           '    File "/opt/proj/train.py", line 41, in main\n'
+           "      batch = collate(samples)\n"
+           "  KeyError: 'labels'\n")
+    r = explain_text(log)
+    assert r.root_error.text.strip() == "KeyError: 'labels'" and r.failed_rank == 1
+    assert r.advice.frame.where() == "/opt/proj/train.py:41 in main" and not r.advice.frame.library
+
+
+RICH_TRACEBACK = (
+    "[rank0]: ╭───────────────────── Traceback (most recent call last) ─────────────────────╮\n"
+    "[rank0]: │ /opt/LLaMA-Factory/src/train.py:28 in main                                   │\n"
+    "[rank0]: │                                                                              │\n"
+    "[rank0]: │   25 │                                                                       │\n"
+    "[rank0]: │ ❱ 28 │   run_exp()                                                           │\n"
+    "[rank0]: │                                                                              │\n"
+    "[rank0]: │ /opt/venv/lib/python3.11/site-packages/datasets/arrow_dataset.py:3112 in map │\n"
+    "[rank0]: │                                                                              │\n"
+    "[rank0]: │ /opt/my_project/preprocess.py:41 in tokenize_fn                              │\n"
+    "[rank0]: │                                                                              │\n"
+    "[rank0]: │   40 │   for ex in batch[\"conversations\"]:                                   │\n"
+    "[rank0]: │ ❱ 41 │   │   text = ex[\"value\"]                                              │\n"
+    "[rank0]: │ ╭──────── locals ────────╮                                                   │\n"
+    "[rank0]: │ │ ex = {'from': 'human'} │                                                   │\n"
+    "[rank0]: │ ╰────────────────────────╯                                                   │\n"
+    "[rank0]: ╰──────────────────────────────────────────────────────────────────────────────╯\n"
+    "[rank0]: KeyError: 'value'\n"
+    "E1201 14:03:23.533000 50300 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0 "
+    "(pid: 50313) of binary: /opt/venv/bin/python\n")
+
+
+def test_a_rich_boxed_traceback_has_frames_and_its_exception_is_the_root():
+    r = explain_text(RICH_TRACEBACK)
+    assert r.root_error.text == "KeyError: 'value'" and r.root_error.no == 17 and r.root_error.rank == 0
+    assert r.advice.frame.text.no == 9  # the frame's own line of the log
+    assert r.advice.frame.where() == "/opt/my_project/preprocess.py:41 in tokenize_fn" and not r.advice.frame.library
+    assert r.advice.kind == "data" and r.phase.name == "data loading"  # datasets' map frame
+    assert not any("NCCL" in s for s in r.advice.next_steps)
+
+
+def test_a_frame_line_that_rich_wrapped_is_joined():
+    log = ("╭───────────────────── Traceback (most recent call last) ─────────────────────╮\n"
+           "│ /opt/conda/lib/python3.8/site-packages/deepspeed/runtime/config.py:         │\n"
+           "│ 869 in _batch_assertion                                                     │\n"
+           "│                                                                              │\n"
+           "│   866 │   │   assert train_batch == micro_batch * grad_acc * self.world_size, ( │\n"
+           "╰────────────────────────────────────────────────────────────────────────────╯\n"
+           "AssertionError: Check batch related parameters. train_batch_size is not equal to "
+           "micro_batch_per_gpu * gradient_acc_step * world_size 16 != 2 * 4 * 3\n")
+    r = explain_text(log)
+    assert r.root_error.text.startswith("AssertionError: Check batch related parameters")
+    f = r.advice.frame
+    assert (f.file, f.line, f.function, f.package) == (
+        "/opt/conda/lib/python3.8/site-packages/deepspeed/runtime/config.py", 869, "_batch_assertion", "deepspeed")
+    assert r.diagnoses and r.diagnoses[0].code == "MGD502"

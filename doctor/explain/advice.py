@@ -22,7 +22,7 @@ WRAPPER_FRAMES = re.compile(
     r"transformers/utils/generic\.py$|transformers/modeling_layers\.py$"
 )
 LIBRARY_PATH = re.compile(
-    r"site-packages/|dist-packages/|/lib/python3\.\d+/|^<frozen |"
+    r"site-packages/|dist-packages/|/lib/python3\.\d+/|^<frozen |/bin/(?:torchrun|deepspeed|accelerate|llamafactory-cli|lmf)$|"
     r"/(?:llamafactory|transformers|deepspeed|torch|accelerate|peft|trl|datasets|tokenizers|bitsandbytes)/"
 )
 _PACKAGE = re.compile(r"(?:site-packages|dist-packages)/([A-Za-z_][\w]*)|/(llamafactory|transformers|deepspeed|torch|accelerate|peft|trl|datasets)/")
@@ -115,6 +115,7 @@ def advise(root: FailureEvent | None, root_line: LogLine | None, kind: str | Non
 _KIND_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("gpu-memory", re.compile(r"CUDA out of memory|OutOfMemoryError|HIP out of memory")),
     ("host-memory", re.compile(r"exitcode\s*:?\s*-9\b|exit code -9\b|return code = -9\b|^Killed\b|Out of memory: Kill|oom-kill")),
+    ("stopped", re.compile(r"SignalException: Process \d+ got signal: (?:15|2|1)\b|Signal (?:15|2|1) \(SIG(?:TERM|INT|HUP)\) received")),
     ("crash", re.compile(r"exitcode\s*:?\s*-(?:11|6|7)\b|return code = -(?:11|6|7)\b|Segmentation fault|Bus error|Fatal Python error|^Aborted")),
     ("cuda", re.compile(r"CUDA error|CUBLAS_STATUS|CUDNN_STATUS|cudaError|device-side assert|no CUDA GPUs|invalid device ordinal")),
     ("import", re.compile(r"^(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b|cannot import name|No module named|"
@@ -258,6 +259,13 @@ def _crash_steps(text, frame, key):
            "deepspeed ops, bitsandbytes) against the installed torch; `mgft-doctor check` compares the versions.")
 
 
+def _stopped_steps(text, frame, key):
+    yield ("The launcher was stopped from outside (SIGTERM, Ctrl-C or SIGHUP) and took the workers down with it: "
+           "find who sent it (a scheduler's time limit or preemption: `sacct -j <job>`, pod events; a closed SSH session).")
+    yield ("Resume from the last checkpoint (`resume_from_checkpoint`, saved every `save_steps`), and run long jobs "
+           "detached (`nohup`, tmux) or with a longer time limit.")
+
+
 def _build_steps(text, frame, key):
     yield "Read the compiler's first error above: it names the missing header, compiler or CUDA toolkit."
     yield "Check gcc and nvcc against torch's CUDA (`nvcc --version`, `ds_report`); `mgft-doctor check` runs the op builds."
@@ -289,6 +297,7 @@ def _unknown_steps(text, frame, key):
 _STEPS = {
     "data": _data_steps, "config": _config_steps, "import": _import_steps, "distributed": _distributed_steps,
     "gpu-memory": _gpu_memory_steps, "host-memory": _host_memory_steps, "cuda": _cuda_steps, "crash": _crash_steps,
+    "stopped": _stopped_steps,
     "build": _build_steps, "command-line": _cli_steps, "files": _files_steps, "user-code": _user_code_steps,
     "unknown": _unknown_steps,
 }

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..catalog.patterns import guard
-from .lines import CappedList, InertLines, LogLine
+from .lines import RICH_FRAME, RICH_PATH_PART, CappedList, InertLines, LogLine
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
            9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
@@ -27,6 +27,8 @@ _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
 WRAPPER_EXCEPTIONS = re.compile(
     r"ChildFailedError|SignalException|^subprocess\.CalledProcessError: Command '\[?'?(?:torchrun|deepspeed|accelerate|ninja|python\S*', '-m', 'torch\.distributed)"
 )
+_SIGNAL_EXCEPTION = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
+FORWARDED_EXITS = (-15, -2, -1)  # what workers exit with when the launcher forwards its SIGTERM/SIGINT/SIGHUP
 _ROOT_CAUSE_HEADER = re.compile(r"Root Cause \(first observed failure\)")
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
@@ -167,6 +169,8 @@ class Traceback:
     exc_type: str = ""
     message: list[LogLine] = field(default_factory=list)
     source: int = 0
+    indent: int = 2  # of its frame lines
+    wrapped: LogLine | None = None  # the first part of a frame line that rich's box wrapped
 
 
 @dataclass
@@ -230,12 +234,28 @@ class FailureReader:
         if tb is not None:
             fm = _FRAME.match(text)
             if fm:
+                if not tb.frames:
+                    tb.indent = len(text) - len(text.lstrip())
                 tb.files.append(fm.group("file"))
                 tb.frames.append(line)
                 return
             # an open traceback has no exception yet: it is closed when its exception line comes
-            if text[:1].isspace():
-                return  # a source line under a frame, or C++ frames
+            if text[:1].isspace() and not (tb.frames and len(text) - len(text.lstrip()) < tb.indent
+                                           and EXCEPTION_LINE.match(stripped)):
+                return  # a source line under a frame, or C++ frames (an exception indented less than
+                # the frames is the traceback's own: torchrun's summary prints an error_file's so)
+            if tb.wrapped is not None:  # rich wrapped a long frame line: '/a/b/config.py:' then '869 in fn'
+                head, tb.wrapped = tb.wrapped, None
+                m = RICH_FRAME.fullmatch(head.text + stripped)
+                if m:
+                    frame = LogLine(head.no, f'  File "{m.group("file")}", line {m.group("line")}, in {m.group("func")}',
+                                    head.rank, head.source)
+                    tb.files.append(m.group("file"))
+                    tb.frames.append(frame)
+                    return
+            if RICH_PATH_PART.fullmatch(stripped):
+                tb.wrapped = LogLine(line.no, stripped, line.rank, line.source)
+                return
             em = EXCEPTION_LINE.match(stripped)
             if em:
                 tb.exception = line
@@ -408,10 +428,21 @@ class FailureReader:
     def _exit_root(self) -> FailureEvent | None:
         """No error of the rank's own: the exit code is all we have (e.g. -9 from the OOM killer)."""
         failing_exits = [e for e in self.events if e.kind == "exit" and e.exit_code not in (0, None)]
+        stopped = self._launcher_signal()
+        if stopped is not None and all(e.exit_code in FORWARDED_EXITS for e in failing_exits):
+            return stopped  # the launcher was stopped from outside: the workers' -15 only echo it
         if not failing_exits:
             return None
         summary = [e for e in failing_exits if e.exit_code == self.summary_exit]
         return (summary or failing_exits)[0]
+
+    def _launcher_signal(self) -> FailureEvent | None:
+        """torchrun's own 'SignalException: Process N got signal: 15' (its traceback read as any
+        other), as a signal event: the launcher got a signal and took the workers down with it."""
+        for e in self.events:
+            if e.kind == "exception" and not e.primary and _SIGNAL_EXCEPTION.search(e.line.text):
+                return FailureEvent("signal", e.line, True, traceback=e.traceback)
+        return None
 
 
 def _consequence_ids(pool: list[FailureEvent]) -> set[int]:
