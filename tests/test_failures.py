@@ -385,3 +385,15 @@ def test_a_frame_line_that_rich_wrapped_is_joined():
     assert (f.file, f.line, f.function, f.package) == (
         "/opt/conda/lib/python3.8/site-packages/deepspeed/runtime/config.py", 869, "_batch_assertion", "deepspeed")
     assert r.diagnoses and r.diagnoses[0].code == "MGD502"
+
+
+def test_a_traceback_ending_in_a_bare_stopiteration_is_the_root():
+    """LLaMA-Factory's align_dataset reads next(iter(dataset)) of a streamed dataset with no rows."""
+    log = ("[rank0]: Traceback (most recent call last):\n"
+           '[rank0]:   File "/opt/LLaMA-Factory/src/llamafactory/data/converter.py", line 421, in align_dataset\n'
+           "[rank0]:     column_names = list(next(iter(dataset)).keys())\n"
+           "[rank0]:                         ^^^^^^^^^^^^^^^^^^^^\n"
+           "[rank0]: StopIteration\n" + _summary(0))
+    r = explain_text(log)
+    assert r.root_kind == "exception" and r.root_error.text == "StopIteration" and r.root_error.no == 5
+    assert r.advice.frame.function == "align_dataset" and r.advice.kind == "data"  # an empty dataset: data steps

@@ -130,7 +130,7 @@ _CONFIG_FRAMES = re.compile(r"llamafactory/hparams/|transformers/(?:training_arg
 _FILES = re.compile(r"FileNotFoundError|No such file or directory|does not appear to have a file named|Can't load|"
                     r"is not a valid model identifier|not a local folder")
 _DATA_TYPES = re.compile(r"^(?:[\w.]+\.)?(?:KeyError|ValueError|IndexError|TypeError|AssertionError|ArrowInvalid|"
-                         r"ArrowTypeError|DatasetGenerationError|JSONDecodeError|UnicodeDecodeError|SchemaInferenceError)\b")
+                         r"ArrowTypeError|DatasetGenerationError|JSONDecodeError|UnicodeDecodeError|SchemaInferenceError|StopIteration)\b")
 
 
 def classify(text: str, root_kind: str | None, frame: Frame | None, phase: str | None) -> str:

@@ -26,7 +26,7 @@ BASE_TRIGGERS = (
     "Invalid", "terminate", "NCCL", "CUDA", "version", "Version", "out of memory", "OOM",
     "Out of memory", "assert", "Assert", "Root Cause", "local_rank", "^C", "==", "Successfully installed",
     "not allowed", "not enough", "insufficient", "requires", "Please", "please", "Make sure",
-    "deprecated", "refused", "Refused", "denied", "Denied", "panic", "Fatal", "fatal",
+    "deprecated", "refused", "Refused", "denied", "Denied", "panic", "Fatal", "fatal", "StopIteration",
 )
 CONTINUATION_LINES = 6  # lines after an exception line kept as its message
 BOX_LINES = 400  # lines of a rich boxed traceback read after its header, up to the line under the box
@@ -35,7 +35,7 @@ _BOX_HEAD = re.compile(rb"^(?:\[\w+\]:)*\s*\xe2\x95\xad[^\n]*Traceback \(most re
 # the rank tag an exception line starts with: its message continues only on lines with the same
 # tag (under torchrun every line of a rank carries it; an untagged line is another stream)
 _RANK_TAG = re.compile(rb"^\[(?:rank|default|Rank|RANK)\s?\d+\]:?")
-_EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)\b:?")
+_EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|StopIteration)\b:?")
 _FRAME_LINE = re.compile(rb'^(?:\[\w+\]:)*\s+File "')
 
 
