@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from .argnames import yaml_key
-from .failures import FailureEvent, logged_origin
+from .failures import FailureEvent, logged_message, logged_origin
 from .lines import LogLine
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
@@ -103,6 +103,8 @@ def advise(root: FailureEvent | None, root_line: LogLine | None, kind: str | Non
     if frame is None and root is not None and root.kind == "logged":
         frame = logged_frame(root.line)
     text = root_line.text.strip() if root_line is not None else ""
+    if root is not None and root.kind == "logged":
+        text = logged_message(text)  # what the logger said, not when and where: the kind is read from it
     key = yaml_key(text)
     error_kind = classify(text, kind, frame, phase)
     lf = llamafactory or any(_LLAMAFACTORY.search(f.text) for f in frames) or key is not None
@@ -187,8 +189,9 @@ def next_steps(kind: str, text: str, frame: Frame | None, caller: Frame | None, 
 def _data_steps(text, frame, key):
     if frame is not None and not frame.library:
         yield f"The error is raised in your code at {frame.where()}: check what it does with this sample."
-    named = f" (the message names `{key}`)" if key else ""
-    yield (f"Check the dataset's entry in dataset_info.json (the `dataset` key names it, `dataset_dir` says where){named}: "
+    if key:
+        yield f"The message names `{key}`: check its value in your YAML against the samples it is applied to."
+    yield ("Check the dataset's entry in dataset_info.json (the `dataset` key names it, `dataset_dir` says where): "
            "its `formatting` and `columns` must match the fields of the file, row by row.")
     yield ("Re-run with `preprocessing_num_workers: 1` and `overwrite_cache: true`: the failing sample's error is then "
            "not hidden behind a worker pool or a stale cache. Data is read the same way on one GPU.")
@@ -217,12 +220,35 @@ def _config_steps(text, frame, key):
 def _import_steps(text, frame, key):
     m = _MISSING_MODULE.search(text)
     module = next((g for g in (m.groups() if m else ()) if g), None)
-    pkg = (module or "the package").split(".")[0]
-    yield (f"`{module or 'The module'}` is missing or is a version without this name: `pip show {pkg}`, then install a "
-           "version that LLaMA-Factory supports (`llamafactory-cli env` prints the installed stack).")
+    binary = _BINARY.search(text)
+    pkg = (module.split(".")[0] if module else _extension_package(binary.group(1)) if binary
+           else frame.package if frame is not None and frame.package else None)
+    rebuild = (f"reinstall it against the installed torch: `pip install --no-build-isolation --force-reinstall {pkg or '<package>'}`")
+    if binary:  # a compiled extension built for another torch/CUDA/Python: its symbols do not resolve
+        yield (f"A compiled extension{f' of {pkg}' if pkg else ''} does not fit the installed torch (built for another "
+               f"torch, CUDA or Python): {rebuild}.")
+    else:
+        what = f"`{module}`" if module else f"`{pkg}`" if pkg else "The module"
+        show = f"`pip show {pkg}`" if pkg else "`pip list`"
+        yield (f"{what} is missing or is a version without this name: {show}, then install a version that "
+               "LLaMA-Factory supports (`llamafactory-cli env` prints the installed stack).")
     yield "Run `mgft-doctor check` (versions.compat) to compare the installed versions with known-bad combinations."
-    yield ("If it names a compiled extension (flash_attn, deepspeed ops, bitsandbytes), reinstall it against the "
-           "installed torch: `pip install --no-build-isolation --force-reinstall <package>`.")
+    if not binary:
+        yield f"If it names a compiled extension (flash_attn, deepspeed ops, bitsandbytes), {rebuild}."
+
+
+_BINARY = re.compile(r"([\w.-]+)\.(?:cpython-\d+[\w-]*\.)?so(?:\.\d+)*: (?:undefined symbol|cannot open shared object file|"
+                     r"wrong ELF class|invalid ELF header|version `[^']+' not found)|undefined symbol: ")
+
+
+def _extension_package(name: str | None) -> str | None:
+    """The package of an extension module's file name: flash_attn_2_cuda -> flash_attn, _C -> None."""
+    if not name:
+        return None
+    for pkg in ("flash_attn", "bitsandbytes", "deepspeed", "apex", "xformers", "vllm", "torchvision", "torchaudio", "torch"):
+        if name.lstrip("_").startswith(pkg.lstrip("_")) or name.startswith("lib" + pkg):
+            return pkg
+    return None
 
 
 def _distributed_steps(text, frame, key):

@@ -110,6 +110,14 @@ def logged_error(text: str) -> re.Match[str] | None:
     return m
 
 
+def logged_message(text: str) -> str:
+    """A logged error's message without the logger's prefix (time, level, location); text if not one."""
+    m = logged_error(text.strip())
+    if m is None:
+        return text
+    return next(g for g in (m.group("msg1"), m.group("msg2"), m.group("msg3"), m.group("msg4")) if g is not None)
+
+
 def logged_origin(text: str) -> tuple[str, int, str, str | None] | None:
     """Where a logged error says it was logged: (file or module, line, function, package), from the
     logger's own location field ('[engine.py:2516:fn]', 'llamafactory.hparams.model_args:251',
