@@ -356,3 +356,15 @@ def test_the_cli_keeps_whole_lines_in_a_pipe(tmp_path):
     assert any(ln.strip() == "RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 4736 vs 4630" for ln in lines)
     assert any(ln.startswith("    1. ") and len(ln) > 80 for ln in lines)  # a step, not wrapped at 80
     assert len(lines) <= 40
+
+
+def test_the_root_header_names_the_log_only_when_several_were_read(tmp_path):
+    from mgft_doctor.explain import explain_paths
+
+    a, b = tmp_path / "rank0.log", tmp_path / "rank1.log"
+    a.write_text("{'loss': 1.0, 'epoch': 0.1}\n")
+    b.write_text(tb([("/home/me/train.py", 9, "main")], "KeyError: 'labels'"))
+    one = rendered(explain_paths([str(b)]), terminal=True)
+    assert "Root error, line 4 (4 lines read):" in one and "rank1.log" not in one
+    both = rendered(explain_paths([str(a), str(b)]), terminal=True, width=200)
+    assert f"Root error, line 4 of {b} (5 lines read):" in both
