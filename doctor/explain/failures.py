@@ -261,7 +261,7 @@ class FailureReader:
                     tb.files.append(m.group("file"))
                     tb.frames.append(frame)
                     return
-            if RICH_PATH_PART.fullmatch(stripped):
+            if stripped[:1] in "/~.<" and RICH_PATH_PART.fullmatch(stripped):
                 tb.wrapped = LogLine(line.no, stripped, line.rank, line.source)
                 return
             em = EXCEPTION_LINE.match(stripped)

@@ -91,7 +91,7 @@ class _Scanner:
             # the message of an exception often continues on lines with no trigger word;
             # the source line under a traceback frame says what was being done; a rich boxed
             # traceback's frames hold no trigger word at all
-            box = bool(_BOX_HEAD.match(segment))
+            box = b"\xe2\x95\xad" in segment and _BOX_HEAD.match(segment) is not None
             follow = (BOX_LINES if box else CONTINUATION_LINES if _EXC_LINE.match(segment)
                       else 1 if _FRAME_LINE.match(segment) else 0)
             tag = _RANK_TAG.match(segment) if follow else None
