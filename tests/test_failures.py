@@ -397,3 +397,15 @@ def test_a_traceback_ending_in_a_bare_stopiteration_is_the_root():
     r = explain_text(log)
     assert r.root_kind == "exception" and r.root_error.text == "StopIteration" and r.root_error.no == 5
     assert r.advice.frame.function == "align_dataset" and r.advice.kind == "data"  # an empty dataset: data steps
+
+
+def test_a_logged_error_the_rank_went_on_after_is_not_the_root_of_its_later_failure():
+    ds = ("[rank1]: [2026-12-01 14:02:11,004] [ERROR] [config_utils.py:78:_process_deprecated_field] "
+          "Tried removing deprecated 'cpu_offload' from config\n")
+    log = (ds + "[rank1]: {'loss': 1.1, 'epoch': 0.1}\n" * 100 + "[rank1]: Traceback (most recent call last):\n"
+           '[rank1]:   File "/home/me/train.py", line 9, in <module>\n'
+           "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB\n"
+           + TORCHRUN_SUMMARY)
+    r = explain_text(log)
+    assert r.root_error.text.startswith("torch.OutOfMemoryError") and r.root_error.rank == 1
+    assert r.diagnoses and r.diagnoses[0].code.startswith("MGD7")

@@ -357,6 +357,7 @@ class FailureReader:
         if primaries or logged:
             pool = self._pool(primaries, logged)
             echoes = _consequence_ids(pool)
+            pool = _without_passing_logged(pool, echoes)
             root = self._choose_root(pool, echoes)
             if id(root) not in echoes:
                 consequences = [e for e in pool if id(e) in echoes and e.line.no > root.line.no]
@@ -451,6 +452,21 @@ class FailureReader:
             if e.kind == "exception" and not e.primary and _SIGNAL_EXCEPTION.search(e.line.text):
                 return FailureEvent("signal", e.line, True, traceback=e.traceback)
         return None
+
+
+def _without_passing_logged(pool: list[FailureEvent], echoes: set[int]) -> list[FailureEvent]:
+    """The pool without the logged errors that the run survived: one that the same rank followed
+    with a real error (an exception, a CUDA or NCCL error) only after LOGGED_TRACEBACK_LINES was
+    logged and passed (a deprecated DeepSpeed option); the real error after it is the failure."""
+    keep = []
+    for i, e in enumerate(pool):
+        if e.kind == "logged":
+            later = next((f for f in pool[i + 1:] if f.kind != "logged" and id(f) not in echoes
+                          and f.line.source == e.line.source and f.line.rank == e.line.rank), None)
+            if later is not None and later.line.no - e.line.no > LOGGED_TRACEBACK_LINES:
+                continue
+        keep.append(e)
+    return keep
 
 
 def _consequence_ids(pool: list[FailureEvent]) -> set[int]:
