@@ -176,6 +176,33 @@ def test_an_import_error_gets_a_version_step_and_no_nccl_advice():
     assert r.advice.kind == "import" and "pip show flash_attn" in steps and "NCCL" not in steps
 
 
+def test_an_extension_built_for_another_torch_gets_a_rebuild_step_for_its_package():
+    log = tb([("/home/me/train.py", 3, "<module>"), (f"{SITE}/flash_attn/__init__.py", 3, "<module>")],
+             f"ImportError: {SITE}/flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi")
+    r = explain_text(log, entries=[])
+    steps = " ".join(r.advice.next_steps)
+    assert r.advice.kind == "import" and "--force-reinstall flash_attn" in steps
+    assert "the package" not in steps and "The module" not in steps and "NCCL" not in steps
+
+
+def test_a_cuda_error_gets_cuda_launch_blocking_and_no_other_kind_of_advice():
+    log = tb([("/home/me/model.py", 88, "forward")], "RuntimeError: CUDA error: an illegal memory access was encountered")
+    r = explain_text(log, entries=[])
+    steps = " ".join(r.advice.next_steps)
+    assert r.advice.kind == "cuda" and "CUDA_LAUNCH_BLOCKING=1" in steps
+    assert "NCCL_DEBUG" not in steps and "dataset_info" not in steps
+
+
+def test_a_logged_data_error_is_classified_by_its_message_and_names_the_logger_location():
+    log = ("[rank0]: [ERROR|2026-12-01 14:02:11] llamafactory.data.loader:99 >> ValueError: Invalid `cutoff_len` for sample 17\n"
+           "E1201 14:03:23.533000 50300 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+           "local_rank: 0 (pid: 50313) of binary: /opt/venv/bin/python\n")
+    r = explain_text(log, entries=[])
+    assert r.advice.kind == "data" and r.advice.yaml_key == "cutoff_len"
+    assert r.to_json()["root_error"]["frame"] == {"file": "llamafactory/data/loader.py", "line": 99, "function": "", "library": True}
+    assert any("dataset_info.json" in s for s in r.advice.next_steps)
+
+
 def test_an_nccl_error_gets_nccl_debug():
     log = ("[rank0]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
            "invalid argument (run with NCCL_DEBUG=WARN for details), NCCL version 2.26.2\n")
@@ -329,3 +356,15 @@ def test_the_cli_keeps_whole_lines_in_a_pipe(tmp_path):
     assert any(ln.strip() == "RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 4736 vs 4630" for ln in lines)
     assert any(ln.startswith("    1. ") and len(ln) > 80 for ln in lines)  # a step, not wrapped at 80
     assert len(lines) <= 40
+
+
+def test_the_root_header_names_the_log_only_when_several_were_read(tmp_path):
+    from mgft_doctor.explain import explain_paths
+
+    a, b = tmp_path / "rank0.log", tmp_path / "rank1.log"
+    a.write_text("{'loss': 1.0, 'epoch': 0.1}\n")
+    b.write_text(tb([("/home/me/train.py", 9, "main")], "KeyError: 'labels'"))
+    one = rendered(explain_paths([str(b)]), terminal=True)
+    assert "Root error, line 4 (4 lines read):" in one and "rank1.log" not in one
+    both = rendered(explain_paths([str(a), str(b)]), terminal=True, width=200)
+    assert f"Root error, line 4 of {b} (5 lines read):" in both

@@ -179,3 +179,233 @@ def test_a_timeout_with_no_own_error_before_it_stays_the_root():
     r = explain_text(log)
     assert "Watchdog caught collective operation timeout" in r.root_error.text and r.failed_rank == 1
     assert r.diagnoses and r.diagnoses[0].code == "MGD302"
+
+
+# --- a rank's own error-level log lines (logger formats from deepspeed/utils/logging.py,
+# llamafactory/extras/logging.py, transformers/utils/logging.py and c10's glog-style prefix) ---
+
+def _summary(rank: int, code: int = 1) -> str:
+    return (TORCHRUN_SUMMARY.replace("local_rank: 1", f"local_rank: {rank}").replace("rank      : 1", f"rank      : {rank}")
+            .replace("exitcode: 1)", f"exitcode: {code})").replace("exitcode  : 1", f"exitcode  : {code}"))
+
+
+def test_deepspeed_logged_error_is_the_root_and_its_traceback_gives_the_frame():
+    log = ("[2026-12-01 14:02:10,001] [INFO] [comm.py:652:init_distributed] cdb=None\n"
+           "[rank1]: [2026-12-01 14:03:22,123] [ERROR] [engine.py:2516:_configure_basic_optimizer] Install mup to use MuAdam optimizer\n"
+           "[rank1]: Traceback (most recent call last):\n"
+           '[rank1]:   File "/opt/LLaMA-Factory/src/train.py", line 28, in <module>\n'
+           '[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/engine.py", line 2517, in _configure_basic_optimizer\n'
+           "[rank1]: UnboundLocalError: cannot access local variable 'MuAdam' where it is not associated with a value\n"
+           + TORCHRUN_SUMMARY)
+    r = explain_text(log)
+    assert r.root_kind == "logged" and r.root_error.no == 2 and r.root_error.rank == 1 and r.failed_rank == 1
+    assert "Install mup to use MuAdam optimizer" in r.root_error.text
+    assert r.advice.frame.function == "_configure_basic_optimizer" and r.advice.frame.line == 2517  # the traceback's
+    assert r.diagnoses and r.diagnoses[0].code != "MGD113"
+
+
+def test_a_logged_error_then_only_an_exit_code_beats_the_exit_code_fallback():
+    log = ("[INFO|2026-12-01 14:02:10] llamafactory.hparams.parser:143 >> Process rank: 1, world size: 2, device: cuda:1\n"
+           "[rank1]: [2026-12-01 14:03:22,123] [ERROR] [engine.py:5363:_create_checkpoint_file] "
+           "Failed saving model checkpoint to /out/checkpoint-100 with tag global_step100\n" + TORCHRUN_SUMMARY)
+    r = explain_text(log)
+    assert r.root_kind == "logged" and r.root_error.no == 2
+    assert "MGD113" not in [d.code for d in r.diagnoses]  # 'printed no error of its own' would contradict the log
+    frame = r.advice.frame  # no traceback: the logger's own location field
+    assert (frame.file, frame.line, frame.function, frame.package, frame.library) == (
+        "engine.py", 5363, "_create_checkpoint_file", "deepspeed", True)
+
+
+def test_llamafactory_and_transformers_error_lines_are_errors_their_warnings_are_noise():
+    lf = ("[WARNING|2026-12-01 14:02:10] llamafactory.hparams.parser:148 >> `ddp_find_unused_parameters` needs to be set as False for LoRA in DDP training.\n"
+          "[rank1]: [ERROR|2026-12-01 14:02:11] llamafactory.hparams.model_args:251 >> Failed to load special tokens config "
+          "from 'tokens.yaml': [Errno 2] No such file or directory: 'tokens.yaml'\n" + TORCHRUN_SUMMARY)
+    r = explain_text(lf)
+    assert r.root_kind == "logged" and r.root_error.no == 2 and r.root_error.rank == 1
+    assert r.advice.frame.file == "llamafactory/hparams/model_args.py" and r.advice.frame.line == 251
+    tf = ("[rank0]: [ERROR|modeling_utils.py:3298] 2026-12-01 14:02:11,004 >> Provided path (/out/model.bin) should be a directory, not a file\n"
+          + _summary(0))
+    r = explain_text(tf)
+    assert r.root_kind == "logged" and "should be a directory" in r.root_error.text
+    assert r.advice.frame.package == "transformers"
+    warn_only = lf.splitlines(keepends=True)[0] + TORCHRUN_SUMMARY
+    assert explain_text(warn_only).root_kind == "exit"  # a warning is not the rank's error
+
+
+def test_glog_error_of_the_failing_rank_is_the_root_and_the_peers_watchdog_its_consequence():
+    log = ("[rank0]:[W1201 14:03:20.123456 12345 ProcessGroupNCCL.cpp:4561] [PG ID 0 PG GUID 0 Rank 0]  using GPU 0 to "
+           "perform barrier as devices used by this process are currently unknown.\n"
+           "[rank1]:E1201 14:03:22.123456 12346 ProcessGroupNCCL.cpp:1234] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
+           "ProcessGroupNCCL encountered a CUDA error in the communicator: unspecified launch failure\n"
+           "[rank0]:[E1201 14:33:22.118000 12345 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: "
+           "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800043 milliseconds before timing out.\n"
+           "[rank0]:[E1201 14:33:22.119000 12345 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) Rank 0] failure "
+           "detected by watchdog at work sequence id: 7 PG status: last enqueued work: 7, last completed work: 6\n"
+           + _summary(0, -6))
+    r = explain_text(log)
+    assert r.root_error.no == 2 and r.root_error.rank == 1 and r.failed_rank == 1
+    assert [c.no for c in r.consequences] == [3]
+    assert r.advice.frame.file == "ProcessGroupNCCL.cpp" and r.advice.kind == "cuda"
+    assert not any(d.code in ("MGD301", "MGD302") for d in r.diagnoses)
+
+
+def test_older_torch_error_prefix_is_an_own_error():
+    log = ("[E socket.cpp:957] [c10d] The client socket has timed out after 900s while trying to connect to (10.0.0.1, 29500).\n"
+           + _summary(0))
+    r = explain_text(log)
+    assert r.root_kind == "logged" and r.root_error.no == 1
+    assert r.advice.frame.file == "socket.cpp" and r.advice.frame.line == 957
+
+
+def test_logged_errors_of_a_healthy_run_or_long_before_the_failure_are_not_the_root():
+    ds = "[2026-12-01 14:02:11,004] [ERROR] [config_utils.py:78:_process_deprecated_field] Tried removing deprecated 'cpu_offload' from config\n"
+    healthy = ds + "{'train_runtime': 1210.4, 'train_loss': 1.02, 'epoch': 3.0}\n"
+    r = explain_text(healthy)
+    assert not r.failure and r.diagnoses == []
+    late = (ds + "{'loss': 1.1, 'epoch': 0.1}\n" * 600 + "[rank1]: Traceback (most recent call last):\n"
+            '[rank1]:   File "train.py", line 9, in <module>\n' "[rank1]: KeyError: 'labels'\n" + TORCHRUN_SUMMARY)
+    r = explain_text(late)
+    assert r.root_error.text == "KeyError: 'labels'"
+    other_rank = ("[rank0]: " + ds + "[rank1]: Traceback (most recent call last):\n"
+                  '[rank1]:   File "train.py", line 9, in <module>\n' "[rank1]: KeyError: 'labels'\n" + TORCHRUN_SUMMARY)
+    r = explain_text(other_rank)  # torchrun names rank 1: rank 0's logged error is not its error
+    assert r.root_error.text == "KeyError: 'labels'"
+    launcher = ("[2024-09-11 08:01:02,500] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+                "'--local_rank=1'] exits with return code = 1\n")
+    assert explain_text(launcher).root_kind == "exit"  # the deepspeed launcher's own line is no rank's error
+
+
+# --- torchrun stopped by a signal, and tracebacks that rich drew in a box ---
+
+TORCHRUN_GOT_SIGTERM = (
+    "{'loss': 1.2345, 'grad_norm': 0.51, 'learning_rate': 4.9e-05, 'epoch': 0.31}\n"
+    " 31%|███       | 310/1000 [1:02:11<2:18:22, 12.03s/it]\n"
+    "W1201 14:03:22.123000 50300 torch/distributed/elastic/agent/server/api.py:753] Received Signals.SIGTERM death signal, shutting down workers\n"
+    "W1201 14:03:22.124000 50300 torch/distributed/elastic/multiprocessing/api.py:1029] Sending process 50313 closing signal SIGTERM\n"
+    "Traceback (most recent call last):\n"
+    '  File "/opt/venv/bin/torchrun", line 8, in <module>\n'
+    "    sys.exit(main())\n"
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 357, in wrapper\n'
+    "    return f(*args, **kwargs)\n"
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/agent/server/api.py", line 747, in run\n'
+    "    result = self._invoke_run(role)\n"
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 86, in _terminate_process_handler\n'
+    '    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)\n'
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 50300 got signal: 15\n"
+)
+
+
+def test_torchrun_stopped_by_sigterm_is_read_as_its_traceback():
+    r = explain_text(TORCHRUN_GOT_SIGTERM)
+    assert r.failure and r.root_kind == "signal"
+    assert r.root_error.text.endswith("SignalException: Process 50300 got signal: 15") and r.root_error.no == 14
+    assert r.advice.frame.function == "_terminate_process_handler" and r.advice.caller is None  # torchrun is no user code
+    assert r.advice.kind == "stopped" and "time limit" in r.advice.next_steps[0]
+    assert r.phase.name == "mid-training" and r.phase.step == 310
+    assert r.diagnoses and r.diagnoses[0].code == "MGD125"
+
+
+def test_a_sigkill_summary_is_the_root_and_not_the_sigterm_of_the_others():
+    log = ("Loading checkpoint shards:  50%|#####     | 2/4 [00:21<00:21, 10.70s/it]\n"
+           "W1201 14:03:22.124000 50300 torch/distributed/elastic/multiprocessing/api.py:1029] Sending process 50314 closing signal SIGTERM\n"
+           "E1201 14:03:23.533000 50300 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 0 (pid: 50313) of binary: /opt/venv/bin/python\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+           "Failures:\n[1]:\n  time      : 2026-12-01_14:03:22\n  host      : gpu-a\n  rank      : 1 (local_rank: 1)\n"
+           "  exitcode  : -15 (pid: 50314)  (SIGTERM)\n  error_file: <N/A>\n  traceback : Signal 15 (SIGTERM) received by PID 50314\n"
+           "Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-01_14:03:22\n  host      : gpu-a\n"
+           "  rank      : 0 (local_rank: 0)\n  exitcode  : -9 (pid: 50313)  (SIGKILL)\n  error_file: <N/A>\n"
+           "  traceback : Signal 9 (SIGKILL) received by PID 50313\n")
+    r = explain_text(log)
+    assert r.root_kind == "exit" and "exitcode: -9" in r.root_error.text and r.failed_rank == 0
+    assert r.diagnoses and r.diagnoses[0].code == "MGD705"
+    # with torchrun's own SignalException too, the -9 of a rank still says more than the signal
+    r = explain_text(TORCHRUN_GOT_SIGTERM + log)
+    assert r.root_kind == "exit" and "exitcode: -9" in r.root_error.text
+
+
+def test_an_error_file_traceback_in_torchruns_summary_is_a_traceback():
+    log = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+           "Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-01_14:03:22\n  host      : gpu-a\n"
+           "  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 50314)\n"
+           "  error_file: /tmp/torchelastic_abc/none_x/attempt_0/1/error.json\n"
+           "  traceback : Traceback (most recent call last):\n"
+           '    File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 357, in wrapper\n'
+           "      return f(*args, **kwargs)\n"
+           '    File "/opt/proj/train.py", line 41, in main\n'
+           "      batch = collate(samples)\n"
+           "  KeyError: 'labels'\n")
+    r = explain_text(log)
+    assert r.root_error.text.strip() == "KeyError: 'labels'" and r.failed_rank == 1
+    assert r.advice.frame.where() == "/opt/proj/train.py:41 in main" and not r.advice.frame.library
+
+
+RICH_TRACEBACK = (
+    "[rank0]: ╭───────────────────── Traceback (most recent call last) ─────────────────────╮\n"
+    "[rank0]: │ /opt/LLaMA-Factory/src/train.py:28 in main                                   │\n"
+    "[rank0]: │                                                                              │\n"
+    "[rank0]: │   25 │                                                                       │\n"
+    "[rank0]: │ ❱ 28 │   run_exp()                                                           │\n"
+    "[rank0]: │                                                                              │\n"
+    "[rank0]: │ /opt/venv/lib/python3.11/site-packages/datasets/arrow_dataset.py:3112 in map │\n"
+    "[rank0]: │                                                                              │\n"
+    "[rank0]: │ /opt/my_project/preprocess.py:41 in tokenize_fn                              │\n"
+    "[rank0]: │                                                                              │\n"
+    "[rank0]: │   40 │   for ex in batch[\"conversations\"]:                                   │\n"
+    "[rank0]: │ ❱ 41 │   │   text = ex[\"value\"]                                              │\n"
+    "[rank0]: │ ╭──────── locals ────────╮                                                   │\n"
+    "[rank0]: │ │ ex = {'from': 'human'} │                                                   │\n"
+    "[rank0]: │ ╰────────────────────────╯                                                   │\n"
+    "[rank0]: ╰──────────────────────────────────────────────────────────────────────────────╯\n"
+    "[rank0]: KeyError: 'value'\n"
+    "E1201 14:03:23.533000 50300 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0 "
+    "(pid: 50313) of binary: /opt/venv/bin/python\n")
+
+
+def test_a_rich_boxed_traceback_has_frames_and_its_exception_is_the_root():
+    r = explain_text(RICH_TRACEBACK)
+    assert r.root_error.text == "KeyError: 'value'" and r.root_error.no == 17 and r.root_error.rank == 0
+    assert r.advice.frame.text.no == 9  # the frame's own line of the log
+    assert r.advice.frame.where() == "/opt/my_project/preprocess.py:41 in tokenize_fn" and not r.advice.frame.library
+    assert r.advice.kind == "data" and r.phase.name == "data loading"  # datasets' map frame
+    assert not any("NCCL" in s for s in r.advice.next_steps)
+
+
+def test_a_frame_line_that_rich_wrapped_is_joined():
+    log = ("╭───────────────────── Traceback (most recent call last) ─────────────────────╮\n"
+           "│ /opt/conda/lib/python3.8/site-packages/deepspeed/runtime/config.py:         │\n"
+           "│ 869 in _batch_assertion                                                     │\n"
+           "│                                                                              │\n"
+           "│   866 │   │   assert train_batch == micro_batch * grad_acc * self.world_size, ( │\n"
+           "╰────────────────────────────────────────────────────────────────────────────╯\n"
+           "AssertionError: Check batch related parameters. train_batch_size is not equal to "
+           "micro_batch_per_gpu * gradient_acc_step * world_size 16 != 2 * 4 * 3\n")
+    r = explain_text(log)
+    assert r.root_error.text.startswith("AssertionError: Check batch related parameters")
+    f = r.advice.frame
+    assert (f.file, f.line, f.function, f.package) == (
+        "/opt/conda/lib/python3.8/site-packages/deepspeed/runtime/config.py", 869, "_batch_assertion", "deepspeed")
+    assert r.diagnoses and r.diagnoses[0].code == "MGD502"
+
+
+def test_a_traceback_ending_in_a_bare_stopiteration_is_the_root():
+    """LLaMA-Factory's align_dataset reads next(iter(dataset)) of a streamed dataset with no rows."""
+    log = ("[rank0]: Traceback (most recent call last):\n"
+           '[rank0]:   File "/opt/LLaMA-Factory/src/llamafactory/data/converter.py", line 421, in align_dataset\n'
+           "[rank0]:     column_names = list(next(iter(dataset)).keys())\n"
+           "[rank0]:                         ^^^^^^^^^^^^^^^^^^^^\n"
+           "[rank0]: StopIteration\n" + _summary(0))
+    r = explain_text(log)
+    assert r.root_kind == "exception" and r.root_error.text == "StopIteration" and r.root_error.no == 5
+    assert r.advice.frame.function == "align_dataset" and r.advice.kind == "data"  # an empty dataset: data steps
+
+
+def test_a_logged_error_the_rank_went_on_after_is_not_the_root_of_its_later_failure():
+    ds = ("[rank1]: [2026-12-01 14:02:11,004] [ERROR] [config_utils.py:78:_process_deprecated_field] "
+          "Tried removing deprecated 'cpu_offload' from config\n")
+    log = (ds + "[rank1]: {'loss': 1.1, 'epoch': 0.1}\n" * 100 + "[rank1]: Traceback (most recent call last):\n"
+           '[rank1]:   File "/home/me/train.py", line 9, in <module>\n'
+           "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB\n"
+           + TORCHRUN_SUMMARY)
+    r = explain_text(log)
+    assert r.root_error.text.startswith("torch.OutOfMemoryError") and r.root_error.rank == 1
+    assert r.diagnoses and r.diagnoses[0].code.startswith("MGD7")

@@ -51,16 +51,18 @@ def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
     phases = PhaseTracker()
     stats: dict = {}
     line_totals: dict[int, int] = {}
+    read_failure, match, find_versions, track = reader.feed, matcher.feed, versions.feed, phases.feed
+    events, logged = reader.events, reader.logged
     for index, source in enumerate(sources):
         before = stats.get("lines", 0)
         for line in scan(phases.tap(source, index), triggers, index, stats):
-            events = len(reader.events)
-            reader.feed(line)
-            if len(reader.events) > events and reader.events[-1].primary:
+            counts = len(events), len(logged)
+            read_failure(line)
+            if (len(events) > counts[0] and events[-1].primary) or len(logged) > counts[1]:
                 phases.pin(line)
-            matcher.feed(line)
-            versions.feed(line.text)
-            phases.feed(line)
+            match(line)
+            find_versions(line.text)
+            track(line)
         line_totals[index] = stats.get("lines", 0) - before
     return _Read(reader.finish(), matcher, versions, phases, line_totals, stats)
 

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from .argnames import yaml_key
-from .failures import FailureEvent
+from .failures import FailureEvent, logged_message, logged_origin
 from .lines import LogLine
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
@@ -22,7 +22,7 @@ WRAPPER_FRAMES = re.compile(
     r"transformers/utils/generic\.py$|transformers/modeling_layers\.py$"
 )
 LIBRARY_PATH = re.compile(
-    r"site-packages/|dist-packages/|/lib/python3\.\d+/|^<frozen |"
+    r"site-packages/|dist-packages/|/lib/python3\.\d+/|^<frozen |/bin/(?:torchrun|deepspeed|accelerate|llamafactory-cli|lmf)$|"
     r"/(?:llamafactory|transformers|deepspeed|torch|accelerate|peft|trl|datasets|tokenizers|bitsandbytes)/"
 )
 _PACKAGE = re.compile(r"(?:site-packages|dist-packages)/([A-Za-z_][\w]*)|/(llamafactory|transformers|deepspeed|torch|accelerate|peft|trl|datasets)/")
@@ -37,9 +37,12 @@ class Frame:
     function: str
     library: bool
     text: LogLine | None = None
+    logged_by: str | None = None  # the package whose logger printed the error (no traceback: its location field)
 
     @property
     def package(self) -> str | None:
+        if self.logged_by:
+            return self.logged_by
         m = _PACKAGE.search(self.file)
         return (m.group(1) or m.group(2)) if m else None
 
@@ -47,7 +50,7 @@ class Frame:
         return {"file": self.file, "line": self.line, "function": self.function, "library": self.library}
 
     def where(self) -> str:
-        return f"{self.file}:{self.line} in {self.function}"
+        return f"{self.file}:{self.line}" + (f" in {self.function}" if self.function else "")
 
 
 @dataclass
@@ -78,13 +81,30 @@ def failing_frame(frames: list[LogLine]) -> tuple[Frame | None, Frame | None]:
     return frame, caller
 
 
+def logged_frame(line: LogLine) -> Frame | None:
+    """The place a logged error names (its logger's location field) as a frame; a package's logger
+    (DeepSpeed, LLaMA-Factory, transformers, torch's c10d) means library code."""
+    origin = logged_origin(line.text)
+    if origin is None:
+        return None
+    file, no, func, package = origin
+    return Frame(file, no, func, package in KNOWN_PACKAGES, line, logged_by=package)
+
+
+KNOWN_PACKAGES = {"llamafactory", "transformers", "deepspeed", "torch", "accelerate", "peft", "trl", "datasets"}
+
+
 def advise(root: FailureEvent | None, root_line: LogLine | None, kind: str | None, phase: str | None,
            consequences: list[LogLine], llamafactory: bool = False) -> Advice:
     """llamafactory: the log shows a LLaMA-Factory run (its version or its frames), so steps may
     name its YAML keys and dataset_info.json."""
     frames = root.traceback.frames if root is not None and root.traceback is not None else []
     frame, caller = failing_frame(frames)
+    if frame is None and root is not None and root.kind == "logged":
+        frame = logged_frame(root.line)
     text = root_line.text.strip() if root_line is not None else ""
+    if root is not None and root.kind == "logged":
+        text = logged_message(text)  # what the logger said, not when and where: the kind is read from it
     key = yaml_key(text)
     error_kind = classify(text, kind, frame, phase)
     lf = llamafactory or any(_LLAMAFACTORY.search(f.text) for f in frames) or key is not None
@@ -97,6 +117,7 @@ def advise(root: FailureEvent | None, root_line: LogLine | None, kind: str | Non
 _KIND_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("gpu-memory", re.compile(r"CUDA out of memory|OutOfMemoryError|HIP out of memory")),
     ("host-memory", re.compile(r"exitcode\s*:?\s*-9\b|exit code -9\b|return code = -9\b|^Killed\b|Out of memory: Kill|oom-kill")),
+    ("stopped", re.compile(r"SignalException: Process \d+ got signal: (?:15|2|1)\b|Signal (?:15|2|1) \(SIG(?:TERM|INT|HUP)\) received")),
     ("crash", re.compile(r"exitcode\s*:?\s*-(?:11|6|7)\b|return code = -(?:11|6|7)\b|Segmentation fault|Bus error|Fatal Python error|^Aborted")),
     ("cuda", re.compile(r"CUDA error|CUBLAS_STATUS|CUDNN_STATUS|cudaError|device-side assert|no CUDA GPUs|invalid device ordinal")),
     ("import", re.compile(r"^(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b|cannot import name|No module named|"
@@ -111,7 +132,7 @@ _CONFIG_FRAMES = re.compile(r"llamafactory/hparams/|transformers/(?:training_arg
 _FILES = re.compile(r"FileNotFoundError|No such file or directory|does not appear to have a file named|Can't load|"
                     r"is not a valid model identifier|not a local folder")
 _DATA_TYPES = re.compile(r"^(?:[\w.]+\.)?(?:KeyError|ValueError|IndexError|TypeError|AssertionError|ArrowInvalid|"
-                         r"ArrowTypeError|DatasetGenerationError|JSONDecodeError|UnicodeDecodeError|SchemaInferenceError)\b")
+                         r"ArrowTypeError|DatasetGenerationError|JSONDecodeError|UnicodeDecodeError|SchemaInferenceError|StopIteration)\b")
 
 
 def classify(text: str, root_kind: str | None, frame: Frame | None, phase: str | None) -> str:
@@ -168,8 +189,9 @@ def next_steps(kind: str, text: str, frame: Frame | None, caller: Frame | None, 
 def _data_steps(text, frame, key):
     if frame is not None and not frame.library:
         yield f"The error is raised in your code at {frame.where()}: check what it does with this sample."
-    named = f" (the message names `{key}`)" if key else ""
-    yield (f"Check the dataset's entry in dataset_info.json (the `dataset` key names it, `dataset_dir` says where){named}: "
+    if key:
+        yield f"The message names `{key}`: check its value in your YAML against the samples it is applied to."
+    yield ("Check the dataset's entry in dataset_info.json (the `dataset` key names it, `dataset_dir` says where): "
            "its `formatting` and `columns` must match the fields of the file, row by row.")
     yield ("Re-run with `preprocessing_num_workers: 1` and `overwrite_cache: true`: the failing sample's error is then "
            "not hidden behind a worker pool or a stale cache. Data is read the same way on one GPU.")
@@ -198,12 +220,35 @@ def _config_steps(text, frame, key):
 def _import_steps(text, frame, key):
     m = _MISSING_MODULE.search(text)
     module = next((g for g in (m.groups() if m else ()) if g), None)
-    pkg = (module or "the package").split(".")[0]
-    yield (f"`{module or 'The module'}` is missing or is a version without this name: `pip show {pkg}`, then install a "
-           "version that LLaMA-Factory supports (`llamafactory-cli env` prints the installed stack).")
+    binary = _BINARY.search(text)
+    pkg = (module.split(".")[0] if module else _extension_package(binary.group(1)) if binary
+           else frame.package if frame is not None and frame.package else None)
+    rebuild = (f"reinstall it against the installed torch: `pip install --no-build-isolation --force-reinstall {pkg or '<package>'}`")
+    if binary:  # a compiled extension built for another torch/CUDA/Python: its symbols do not resolve
+        yield (f"A compiled extension{f' of {pkg}' if pkg else ''} does not fit the installed torch (built for another "
+               f"torch, CUDA or Python): {rebuild}.")
+    else:
+        what = f"`{module}`" if module else f"`{pkg}`" if pkg else "The module"
+        show = f"`pip show {pkg}`" if pkg else "`pip list`"
+        yield (f"{what} is missing or is a version without this name: {show}, then install a version that "
+               "LLaMA-Factory supports (`llamafactory-cli env` prints the installed stack).")
     yield "Run `mgft-doctor check` (versions.compat) to compare the installed versions with known-bad combinations."
-    yield ("If it names a compiled extension (flash_attn, deepspeed ops, bitsandbytes), reinstall it against the "
-           "installed torch: `pip install --no-build-isolation --force-reinstall <package>`.")
+    if not binary:
+        yield f"If it names a compiled extension (flash_attn, deepspeed ops, bitsandbytes), {rebuild}."
+
+
+_BINARY = re.compile(r"([\w.-]+)\.(?:cpython-\d+[\w-]*\.)?so(?:\.\d+)*: (?:undefined symbol|cannot open shared object file|"
+                     r"wrong ELF class|invalid ELF header|version `[^']+' not found)|undefined symbol: ")
+
+
+def _extension_package(name: str | None) -> str | None:
+    """The package of an extension module's file name: flash_attn_2_cuda -> flash_attn, _C -> None."""
+    if not name:
+        return None
+    for pkg in ("flash_attn", "bitsandbytes", "deepspeed", "apex", "xformers", "vllm", "torchvision", "torchaudio", "torch"):
+        if name.lstrip("_").startswith(pkg.lstrip("_")) or name.startswith("lib" + pkg):
+            return pkg
+    return None
 
 
 def _distributed_steps(text, frame, key):
@@ -240,6 +285,13 @@ def _crash_steps(text, frame, key):
            "deepspeed ops, bitsandbytes) against the installed torch; `mgft-doctor check` compares the versions.")
 
 
+def _stopped_steps(text, frame, key):
+    yield ("The launcher was stopped from outside (SIGTERM, Ctrl-C or SIGHUP) and took the workers down with it: "
+           "find who sent it (a scheduler's time limit or preemption: `sacct -j <job>`, pod events; a closed SSH session).")
+    yield ("Resume from the last checkpoint (`resume_from_checkpoint`, saved every `save_steps`), and run long jobs "
+           "detached (`nohup`, tmux) or with a longer time limit.")
+
+
 def _build_steps(text, frame, key):
     yield "Read the compiler's first error above: it names the missing header, compiler or CUDA toolkit."
     yield "Check gcc and nvcc against torch's CUDA (`nvcc --version`, `ds_report`); `mgft-doctor check` runs the op builds."
@@ -271,6 +323,7 @@ def _unknown_steps(text, frame, key):
 _STEPS = {
     "data": _data_steps, "config": _config_steps, "import": _import_steps, "distributed": _distributed_steps,
     "gpu-memory": _gpu_memory_steps, "host-memory": _host_memory_steps, "cuda": _cuda_steps, "crash": _crash_steps,
+    "stopped": _stopped_steps,
     "build": _build_steps, "command-line": _cli_steps, "files": _files_steps, "user-code": _user_code_steps,
     "unknown": _unknown_steps,
 }

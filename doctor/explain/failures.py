@@ -13,20 +13,22 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..catalog.patterns import guard
-from .lines import CappedList, InertLines, LogLine
+from .lines import RICH_FRAME, RICH_PATH_PART, CappedList, InertLines, LogLine
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
            9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
 
 # An exception line: 'ValueError: ...', 'torch.OutOfMemoryError: ...', 'KeyboardInterrupt'.
 EXCEPTION_LINE = re.compile(
-    r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*?)?(?:Error|Exception|Interrupt|Exit|Failure))(?::\s?(?P<msg>.*))?$"
+    r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*?)?(?:Error|Exception|Interrupt|Exit|Failure|StopIteration|StopAsyncIteration))(?::\s?(?P<msg>.*))?$"
 )
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
 # Exceptions that only wrap or report a failure that happened elsewhere.
 WRAPPER_EXCEPTIONS = re.compile(
     r"ChildFailedError|SignalException|^subprocess\.CalledProcessError: Command '\[?'?(?:torchrun|deepspeed|accelerate|ninja|python\S*', '-m', 'torch\.distributed)"
 )
+_SIGNAL_EXCEPTION = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
+FORWARDED_EXITS = (-15, -2, -1)  # what workers exit with when the launcher forwards its SIGTERM/SIGINT/SIGHUP
 _ROOT_CAUSE_HEADER = re.compile(r"Root Cause \(first observed failure\)")
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
@@ -72,6 +74,79 @@ def is_consequence(text: str) -> bool:
     return bool(COLLECTIVE_TIMEOUT.search(text) or PEER_LOST.search(text))
 
 
+# A rank's own error-level log line: DeepSpeed's logger ('[2026-12-01 14:03:22,123] [ERROR]
+# [engine.py:2516:_configure_basic_optimizer] msg'), LLaMA-Factory's and transformers'
+# ('[ERROR|2026-12-01 14:03:22] llamafactory.hparams.model_args:251 >> msg', '[ERROR|modeling_utils.py:3298]
+# 2026-12-01 14:03:22,123 >> msg'), glog/c10 ('E1201 14:03:22.123456 12345 ProcessGroupNCCL.cpp:1234] msg',
+# '[E1201 14:03:22.123456789 ProcessGroupNCCL.cpp:1234] msg') and torch's older '[E ProcessGroupNCCL.cpp:475] msg'.
+# Like NCCL WARN lines they are no failure on their own (healthy runs log some errors and go on);
+# when the run fails, the failing rank's first one is its own error.
+LOGGED_ERROR = re.compile(
+    r"^(?:\[\d{4}-\d\d-\d\d[\d:,. ]{0,20}\]\s+)?(?:(?P<logger>[\w.]+):\s+)?\[(?:ERROR|CRITICAL|FATAL)\]\s+"
+    r"(?:\[(?P<ds_where>[\w.-]+:\d+:\w+)\]\s*)?(?P<msg1>\S.*)"
+    r"|^\[(?:ERROR|CRITICAL)\|(?P<lf_head>[^\]]{1,80})\](?P<lf_where>[^>]{0,120})>>\s*(?P<msg2>\S.*)"
+    r"|^\[?[EF]\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? +(?P<glog_where>[\w./-]+:\d+)\]\s*(?P<msg3>\S.*)"
+    r"|^\[[EF] (?P<old_where>[\w./-]+:\d+)\]\s*(?P<msg4>\S.*)"
+)
+# error-level lines that only echo a failure: the launcher's (torchrun's elastic agent, the deepspeed
+# launcher), and ProcessGroupNCCL's follow-up of a timeout (dumps, flight recorder, abort)
+LOGGED_ECHO = re.compile(
+    r"torch[./]distributed[./]elastic|exits with return code|sigkill_handler|"
+    r"[Dd]ump|[Ff]light [Rr]ecorder|failure detected by watchdog|Timeout at NCCL work|signal dumping|"
+    r"Terminating the process after|[Aa]borting all communicators|abort(?:ing|ed)? (?:the )?(?:NCCL )?comm|"
+    r"[Ww]atchdog|[Hh]eartbeat|hasn't been destroyed|has NOT been destroyed|failed or timed out|data inconsistency"
+)
+LOGGED_WINDOW = 500  # lines before the run's first failure in which a logged error may be its root
+LOGGED_TRACEBACK_LINES = 60  # a traceback the same rank printed this soon after its logged error raised it
+
+
+def logged_error(text: str) -> re.Match[str] | None:
+    """The match of a rank's own error-level log line (not an echo), or None."""
+    if "ERROR" not in text and "CRITICAL" not in text and "FATAL" not in text and not text[:2].lstrip("[")[:1] in ("E", "F"):
+        return None
+    m = LOGGED_ERROR.match(text)
+    if m is None or LOGGED_ECHO.search(text):
+        return None
+    return m
+
+
+def logged_message(text: str) -> str:
+    """A logged error's message without the logger's prefix (time, level, location); text if not one."""
+    m = logged_error(text.strip())
+    if m is None:
+        return text
+    return next(g for g in (m.group("msg1"), m.group("msg2"), m.group("msg3"), m.group("msg4")) if g is not None)
+
+
+def logged_origin(text: str) -> tuple[str, int, str, str | None] | None:
+    """Where a logged error says it was logged: (file or module, line, function, package), from the
+    logger's own location field ('[engine.py:2516:fn]', 'llamafactory.hparams.model_args:251',
+    '[ERROR|modeling_utils.py:3298]', 'ProcessGroupNCCL.cpp:1234]'); None when it names none."""
+    m = logged_error(text.strip())
+    if m is None:
+        return None
+    if m.group("ds_where"):  # DeepSpeed's logger is the one that prints '[file:line:function]'
+        file, line, func = m.group("ds_where").rsplit(":", 2)
+        return file, int(line), func, "deepspeed"
+    if m.group("lf_head") is not None:
+        for part in (m.group("lf_head"), m.group("lf_where")):
+            w = _LOGGER_WHERE.search(part)
+            if w:
+                name = w.group(1)
+                if name.endswith(".py"):  # transformers prints the file name
+                    return name, int(w.group(2)), "", "transformers"
+                return name.replace(".", "/") + ".py", int(w.group(2)), "", name.split(".")[0]
+        return None
+    where = m.group("glog_where") or m.group("old_where")
+    if where:
+        file, line = where.rsplit(":", 1)
+        return file, int(line), "", "torch" if file.endswith((".cpp", ".cc", ".h", ".hpp")) else None
+    return None
+
+
+_LOGGER_WHERE = re.compile(r"([A-Za-z_][\w.]*):(\d+)\b")
+
+
 # NCCL WARN lines are not a failure on their own (healthy runs print some: a missing
 # libibverbs on a node without InfiniBand); when the run fails, the last ones printed shortly
 # before the first error usually say why, so they may be its root.
@@ -102,11 +177,13 @@ class Traceback:
     exc_type: str = ""
     message: list[LogLine] = field(default_factory=list)
     source: int = 0
+    indent: int = 2  # of its frame lines
+    wrapped: LogLine | None = None  # the first part of a frame line that rich's box wrapped
 
 
 @dataclass
 class FailureEvent:
-    kind: str  # exception, signal, nccl, cuda, compiler, cli, oom-killer, exit
+    kind: str  # exception, logged, signal, nccl, cuda, compiler, cli, oom-killer, exit
     line: LogLine
     primary: bool
     exit_code: int | None = None
@@ -143,6 +220,7 @@ class FailureReader:
         self.failed_rank: int | None = None
         self.exit_codes: list[int] = []
         self.nccl_warnings: list[LogLine] = []
+        self.logged: list[FailureEvent] = CappedList(MAX_EVENTS, MAX_EVENTS_EACH, _event_key)  # error-level log lines
         self._unraisable_until: dict[tuple[int, int | None], int] = {}
         self._inert = InertLines()  # lines that changed nothing: a warning printed every step is read once
 
@@ -164,12 +242,28 @@ class FailureReader:
         if tb is not None:
             fm = _FRAME.match(text)
             if fm:
+                if not tb.frames:
+                    tb.indent = len(text) - len(text.lstrip())
                 tb.files.append(fm.group("file"))
                 tb.frames.append(line)
                 return
             # an open traceback has no exception yet: it is closed when its exception line comes
-            if text[:1].isspace():
-                return  # a source line under a frame, or C++ frames
+            if text[:1].isspace() and not (tb.frames and len(text) - len(text.lstrip()) < tb.indent
+                                           and EXCEPTION_LINE.match(stripped)):
+                return  # a source line under a frame, or C++ frames (an exception indented less than
+                # the frames is the traceback's own: torchrun's summary prints an error_file's so)
+            if tb.wrapped is not None:  # rich wrapped a long frame line: '/a/b/config.py:' then '869 in fn'
+                head, tb.wrapped = tb.wrapped, None
+                m = RICH_FRAME.fullmatch(head.text + stripped)
+                if m:
+                    frame = LogLine(head.no, f'  File "{m.group("file")}", line {m.group("line")}, in {m.group("func")}',
+                                    head.rank, head.source)
+                    tb.files.append(m.group("file"))
+                    tb.frames.append(frame)
+                    return
+            if stripped[:1] in "/~.<" and RICH_PATH_PART.fullmatch(stripped):
+                tb.wrapped = LogLine(line.no, stripped, line.rank, line.source)
+                return
             em = EXCEPTION_LINE.match(stripped)
             if em:
                 tb.exception = line
@@ -231,6 +325,9 @@ class FailureReader:
             # an exception echoed without its traceback ('[rank3]: AssertionError: ...')
             self._exception_event(line, None)
             return
+        if logged_error(stripped):
+            self.logged.append(FailureEvent("logged", line, primary=True))
+            return
         m = _NONZERO_EXIT.search(text)
         if m:
             self.events.append(FailureEvent("exit", line, primary=False, exit_code=int(m.group(1))))
@@ -256,16 +353,39 @@ class FailureReader:
         primaries = [e for e in self.events if e.primary]
         root = None
         consequences: list[FailureEvent] = []
-        if primaries:
-            pool = self._pool(primaries)
+        logged = self._logged_in_play(primaries)
+        if primaries or logged:
+            pool = self._pool(primaries, logged)
             echoes = _consequence_ids(pool)
+            pool = _without_passing_logged(pool, echoes)
             root = self._choose_root(pool, echoes)
             if id(root) not in echoes:
                 consequences = [e for e in pool if id(e) in echoes and e.line.no > root.line.no]
         else:
             root = self._exit_root()
+        raised = self._raised_after(root) if root is not None and root.kind == "logged" else None
+        if raised is not None:  # the rank logged its error, then raised it: one error, the traceback's frames
+            root = FailureEvent("logged", root.line, True, traceback=raised.traceback)
+        lines = _root_lines(root) | _root_lines(raised)
         return FailureAnalysis(self.events, self.tracebacks, self._failed_rank(root, consequences),
-                               self.exit_codes, root, _root_lines(root), self.failed_rank, consequences)
+                               self.exit_codes, root, lines, self.failed_rank, consequences)
+
+    def _logged_in_play(self, primaries: list[FailureEvent]) -> list[FailureEvent]:
+        """The error-level log lines that may be the root: only when the run failed (a primary
+        error, or a failing exit code), and not long before the first sign of that failure."""
+        if not self.logged:
+            return []
+        marks = primaries or [e for e in self.events if e.kind == "exit" and e.exit_code not in (0, None)]
+        if not marks:
+            return []
+        first = min(marks, key=lambda e: (e.line.source, e.line.no)).line
+        return [e for e in self.logged if e.line.source == first.source and e.line.no >= first.no - LOGGED_WINDOW]
+
+    def _raised_after(self, root: FailureEvent) -> FailureEvent | None:
+        """The exception the same rank raised right after logging its error."""
+        line = root.line
+        return next((e for e in self.events if e.kind == "exception" and e.primary and e.line.source == line.source
+                     and e.line.rank == line.rank and 0 < e.line.no - line.no <= LOGGED_TRACEBACK_LINES), None)
 
     def _failed_rank(self, root: FailureEvent | None, consequences: list[FailureEvent]) -> int | None:
         """The rank whose own error is the root. torchrun names the rank that exited first, which
@@ -278,13 +398,17 @@ class FailureReader:
             return None  # torchrun named a rank that only timed out; the failing rank's lines carry no prefix
         return self.failed_rank if self.failed_rank is not None else root.line.rank
 
-    def _pool(self, primaries: list[FailureEvent]) -> list[FailureEvent]:
-        """The primary errors of the first log that has one, with the NCCL WARN lines shortly before them."""
+    def _pool(self, primaries: list[FailureEvent], logged: list[FailureEvent]) -> list[FailureEvent]:
+        """The primary errors of the first log that has one, with the NCCL WARN lines shortly before
+        them and the error-level log lines in play."""
+        if not primaries:
+            return sorted(logged, key=lambda e: (e.line.source, e.line.no))
         source = primaries[0].line.source
         first = min(e.line.no for e in primaries if e.line.source == source)
         warns = [FailureEvent("nccl", w, primary=True) for w in self.nccl_warnings
                  if w.source == source and first - WARN_BEFORE_ERROR_LINES <= w.no <= first]
-        return sorted(warns + primaries, key=lambda e: (e.line.source, e.line.no))
+        logged = [e for e in logged if e.line.source == source]
+        return sorted(warns + logged + primaries, key=lambda e: (e.line.source, e.line.no))
 
     def _choose_root(self, pool: list[FailureEvent], echoes: set[int]) -> FailureEvent:
         """The launcher's first failed rank's first error; but when that is a timeout or a lost
@@ -313,10 +437,36 @@ class FailureReader:
     def _exit_root(self) -> FailureEvent | None:
         """No error of the rank's own: the exit code is all we have (e.g. -9 from the OOM killer)."""
         failing_exits = [e for e in self.events if e.kind == "exit" and e.exit_code not in (0, None)]
+        stopped = self._launcher_signal()
+        if stopped is not None and all(e.exit_code in FORWARDED_EXITS for e in failing_exits):
+            return stopped  # the launcher was stopped from outside: the workers' -15 only echo it
         if not failing_exits:
             return None
         summary = [e for e in failing_exits if e.exit_code == self.summary_exit]
         return (summary or failing_exits)[0]
+
+    def _launcher_signal(self) -> FailureEvent | None:
+        """torchrun's own 'SignalException: Process N got signal: 15' (its traceback read as any
+        other), as a signal event: the launcher got a signal and took the workers down with it."""
+        for e in self.events:
+            if e.kind == "exception" and not e.primary and _SIGNAL_EXCEPTION.search(e.line.text):
+                return FailureEvent("signal", e.line, True, traceback=e.traceback)
+        return None
+
+
+def _without_passing_logged(pool: list[FailureEvent], echoes: set[int]) -> list[FailureEvent]:
+    """The pool without the logged errors that the run survived: one that the same rank followed
+    with a real error (an exception, a CUDA or NCCL error) only after LOGGED_TRACEBACK_LINES was
+    logged and passed (a deprecated DeepSpeed option); the real error after it is the failure."""
+    keep = []
+    for i, e in enumerate(pool):
+        if e.kind == "logged":
+            later = next((f for f in pool[i + 1:] if f.kind != "logged" and id(f) not in echoes
+                          and f.line.source == e.line.source and f.line.rank == e.line.rank), None)
+            if later is not None and later.line.no - e.line.no > LOGGED_TRACEBACK_LINES:
+                continue
+        keep.append(e)
+    return keep
 
 
 def _consequence_ids(pool: list[FailureEvent]) -> set[int]:

@@ -25,9 +25,14 @@ _HOST_TOKEN = re.compile(r"([\w.-]+): (?=\S)")
 _IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _NOT_HOSTS = (".py", ".cc", ".cpp", ".h", ".so")
 _BOX = "│╭╰┃╮╯─ "  # rich's boxed tracebacks
+# inside rich's box: a frame '/path/file.py:123 in fn', and a source line '  40 │ code' or '❱ 41 │ code'
+RICH_FRAME = _RICH_FRAME = re.compile(r"(?P<file>(?:/|~/|\.{1,2}/|[A-Za-z]:[\\/]|<)\S*?):(?P<line>\d+) in (?P<func>[\w<>.]+)")
+RICH_PATH_PART = re.compile(r"(?:/|~/|\.{1,2}/|[A-Za-z]:[\\/]|<)\S*")  # a frame's path that rich wrapped
+_RICH_SOURCE = re.compile(r"(?:❱ ?)?\d+(?: +│.*)?")
 # an error glued to a progress bar that had no newline: '…155.57 examples/s][E ProcessGroupNCCL.cpp:475] …'
 _GLUED = re.compile(r"(?<=\])(?=\[(?:rank\d+\]:|default\d+\]:|[EW]\d{0,4} ))")
-_GLOG_RANK = re.compile(r"\[(?:Rank|rank|PG \d+ Rank) (\d+)\]")
+# '[Rank 1]', '[PG 0 Rank 1]', '[PG ID 0 PG GUID 0(default_pg) Rank 1]' (ProcessGroupNCCL's logPrefix)
+_GLOG_RANK = re.compile(r"\[(?:Rank|rank|PG [^\]\[]{0,60}?Rank) (\d+)\]")
 _ONE_PREFIX = re.compile(r"\[(?:rank|default|Rank|RANK)\s?\d+\]:?\s?")
 MAX_LINE_CHARS = 4000  # matching looks at no more of a line than this
 
@@ -186,7 +191,7 @@ def line_pieces(raw: str) -> list[tuple[int | None, str]]:
             out.append((None, "^C"))
         rank, body = split_rank(piece)
         if body[:1] in "│╭╰┃":
-            body = body.strip(_BOX)
+            body = _unbox(body)
             if not body:
                 continue
         idx = body.find("Traceback (most recent call last)")
@@ -197,6 +202,21 @@ def line_pieces(raw: str) -> list[tuple[int | None, str]]:
             body = body[idx:]
         out.append((rank, body))
     return out
+
+
+def _unbox(body: str) -> str:
+    """A line of a rich box without its frame; in a boxed traceback, a frame line reads as Python's
+    own ('  File "/path/file.py", line 123, in fn'), a source line is indented as Python's is, so that
+    frames, matching and the failing frame work the same on both."""
+    inner = body.strip(_BOX)
+    if body[:1] != "│" or not inner:
+        return inner
+    m = _RICH_FRAME.fullmatch(inner)
+    if m:
+        return f'  File "{m.group("file")}", line {m.group("line")}, in {m.group("func")}'
+    if _RICH_SOURCE.fullmatch(inner) or body[1:].lstrip(" ")[:1] in ("│", "╭", "╰"):  # source, or a nested panel (locals)
+        return "    " + inner
+    return inner
 
 
 def normalise(no: int, raw: str, source: int = 0) -> list[LogLine]:

@@ -10,6 +10,7 @@ context group and supporting context line adds, an exclusion removes the entry."
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from ..catalog import Entry
@@ -43,21 +44,28 @@ class _Slot:
 class Hits:
     """Where one pattern matched: the first and the latest few lines."""
 
-    count: int = 0
     first: list[LogLine] = field(default_factory=list)
-    last: list[LogLine] = field(default_factory=list)
+    last: deque = field(default_factory=lambda: deque(maxlen=KEEP_LAST))
 
     def add(self, line: LogLine) -> None:
-        self.count += 1
         if len(self.first) < KEEP_FIRST:
             self.first.append(line)
         else:
             self.last.append(line)
-            if len(self.last) > KEEP_LAST:
-                self.last.pop(0)
 
     def lines(self) -> list[LogLine]:
-        return self.first + self.last
+        return self.first + list(self.last)
+
+    @classmethod
+    def merged(cls, parts: list["Hits"]) -> "Hits":
+        """The hits of one pattern from the hits of the line groups it matched in: its first lines
+        are among the groups' first ones, its latest among their latest (each line is in one group)."""
+        if len(parts) == 1:
+            return parts[0]
+        lines = sorted((ln for h in parts for ln in h.lines()), key=lambda ln: (ln.source, ln.no))
+        out = cls(lines[:KEEP_FIRST])
+        out.last.extend(lines[KEEP_FIRST:])
+        return out
 
 
 @dataclass
@@ -145,7 +153,9 @@ class Matcher:
                 self.slots.append(_Slot(ei, "context", 0, p))
             for p in entry.excludes:
                 self.slots.append(_Slot(ei, "exclude", 0, p))
-        self.hits: dict[int, Hits] = {}
+        # hits per group of slots that matched the same lines: a line is recorded once, however many
+        # patterns it matches (a warning printed at every step matches several entries' context)
+        self._groups: dict[tuple[int, ...], Hits] = {}
         self._prefilter = _prefilter_for([s.pattern for s in self.slots])
         self._seen: dict[str, tuple[int, ...]] = {}  # exact line -> the slots that match it
         self._shapes: dict[bytes, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # shape -> (blind hits, others to try)
@@ -191,11 +201,21 @@ class Matcher:
         return found
 
     def feed(self, line: LogLine) -> None:
-        for i in self.matching_slots(line.text):
-            hits = self.hits.get(i)
+        slots = self.matching_slots(line.text)
+        if slots:
+            hits = self._groups.get(slots)
             if hits is None:
-                hits = self.hits[i] = Hits()
+                hits = self._groups[slots] = Hits()
             hits.add(line)
+
+    @property
+    def hits(self) -> dict[int, Hits]:
+        """slot index -> where its pattern matched."""
+        parts: dict[int, list[Hits]] = {}
+        for slots, hits in self._groups.items():
+            for i in slots:
+                parts.setdefault(i, []).append(hits)
+        return {i: Hits.merged(p) for i, p in parts.items()}
 
     def rank(self, root_lines: set[tuple[int, int]], followers: set[tuple[int, int]] = frozenset(),
              root_rank: int | None = None, echo=None) -> list[Candidate]:

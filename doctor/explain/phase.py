@@ -46,6 +46,7 @@ MARKERS: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
     ))
 TRIGGERS = tuple(literal for literal, _, _ in MARKERS)
 _IMPORT_ERROR = re.compile(r"(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b")
+_ANY_TRIGGER = re.compile("|".join(map(re.escape, TRIGGERS)))  # one C-level pass instead of a Python any()
 _ANY_MARKER = re.compile("|".join(f"(?:{p.pattern})" for _, p, _ in MARKERS))
 _TOTAL_STEPS = re.compile(r"Total optimization steps = ([\d,]+)")
 
@@ -171,7 +172,7 @@ class PhaseTracker:
             track.block_lines.append((line.no, text))
         if text in self._plain:  # a line seen before that named no phase (warnings repeat every step)
             return
-        if not any(literal in text for literal in TRIGGERS) or _ANY_MARKER.search(text) is None:
+        if _ANY_TRIGGER.search(text) is None or _ANY_MARKER.search(text) is None:
             if len(self._plain) >= PLAIN_CACHE:
                 self._plain.clear()
             self._plain.add(text)

@@ -139,13 +139,14 @@ def render(report: ExplainReport, console: Console, verbose: bool = False) -> No
 
 def _root(out: Out, report: ExplainReport, verbose: bool) -> None:
     r = report.root_error
-    where = ", ".join(report.sources)
-    out.item(2, "", f"Root error, line {r.no}" + (f" (rank {r.rank})" if r.rank is not None else "")
-             + f" of {escape(where)} ({report.lines_read:,} lines):")
+    # the log's name only when several were read (one: the user just named it), or with -v
+    where = f" of {escape(report.sources[r.source])}" if len(report.sources) > 1 or verbose else ""
+    out.item(2, "", f"Root error, line {r.no:,}{where}" + f" ({report.lines_read:,} lines read)"
+             + (f", rank {r.rank}" if r.rank is not None else "") + ":")
     out.item(4, "", f"[red]{escape(clip(r.text, ROOT_CHARS if out.tty and not verbose else FULL_CHARS))}[/]")
     advice = report.advice
     if advice is not None and advice.frame is not None and (verbose or not report.diagnoses):
-        out.item(2, "Raised in: ", escape(frame_words(advice.frame)))
+        out.item(2, "Logged in: " if advice.frame.logged_by else "Raised in: ", escape(frame_words(advice.frame)))
         if advice.caller is not None:
             out.item(2, "Called from your code at ", escape(advice.caller.where()))
     if report.consequences:

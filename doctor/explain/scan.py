@@ -26,13 +26,16 @@ BASE_TRIGGERS = (
     "Invalid", "terminate", "NCCL", "CUDA", "version", "Version", "out of memory", "OOM",
     "Out of memory", "assert", "Assert", "Root Cause", "local_rank", "^C", "==", "Successfully installed",
     "not allowed", "not enough", "insufficient", "requires", "Please", "please", "Make sure",
-    "deprecated", "refused", "Refused", "denied", "Denied", "panic", "Fatal", "fatal",
+    "deprecated", "refused", "Refused", "denied", "Denied", "panic", "Fatal", "fatal", "StopIteration",
 )
 CONTINUATION_LINES = 6  # lines after an exception line kept as its message
+BOX_LINES = 400  # lines of a rich boxed traceback read after its header, up to the line under the box
+_BOX_SIDE, _BOX_END = "│".encode(), "╰".encode()
+_BOX_HEAD = re.compile(rb"^(?:\[\w+\]:)*\s*\xe2\x95\xad[^\n]*Traceback \(most recent call last\)")  # '╭─── Traceback'
 # the rank tag an exception line starts with: its message continues only on lines with the same
 # tag (under torchrun every line of a rank carries it; an untagged line is another stream)
 _RANK_TAG = re.compile(rb"^\[(?:rank|default|Rank|RANK)\s?\d+\]:?")
-_EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)\b:?")
+_EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|StopIteration)\b:?")
 _FRAME_LINE = re.compile(rb'^(?:\[\w+\]:)*\s+File "')
 
 
@@ -77,18 +80,22 @@ class _Scanner:
     def __init__(self, triggers: Triggers, source_index: int):
         self.triggers = triggers
         self.source = source_index
-        self.memo: dict[bytes, tuple[tuple[tuple[int | None, str], ...], int, bytes]] = {}
+        self.memo: dict[bytes, tuple[tuple[tuple[int | None, str], ...], int, bytes, bool]] = {}
         self.tag = b""  # the rank tag that the lines followed after the last salient line must carry
+        self.box = False  # the last salient line opened a rich box: follow it to the box's end
 
-    def _prepare(self, segment: bytes) -> tuple[tuple[tuple[int | None, str], ...], int, bytes]:
+    def _prepare(self, segment: bytes) -> tuple[tuple[tuple[int | None, str], ...], int, bytes, bool]:
         found = self.memo.get(segment)
         if found is None:
             pieces = tuple(line_pieces(segment.decode("utf-8", "replace")))
             # the message of an exception often continues on lines with no trigger word;
-            # the source line under a traceback frame says what was being done
-            follow = CONTINUATION_LINES if _EXC_LINE.match(segment) else 1 if _FRAME_LINE.match(segment) else 0
+            # the source line under a traceback frame says what was being done; a rich boxed
+            # traceback's frames hold no trigger word at all
+            box = b"\xe2\x95\xad" in segment and _BOX_HEAD.match(segment) is not None
+            follow = (BOX_LINES if box else CONTINUATION_LINES if _EXC_LINE.match(segment)
+                      else 1 if _FRAME_LINE.match(segment) else 0)
             tag = _RANK_TAG.match(segment) if follow else None
-            found = (pieces, follow, tag.group(0) if tag else b"")
+            found = (pieces, follow, tag.group(0) if tag else b"", box)
             if len(segment) <= MEMO_MAX_BYTES:
                 if len(self.memo) >= MEMO_ENTRIES:
                     self.memo.clear()
@@ -96,7 +103,7 @@ class _Scanner:
         return found
 
     def _emit(self, segment: bytes, no: int, out: list[LogLine]) -> int:
-        pieces, follow, self.tag = self._prepare(segment)
+        pieces, follow, self.tag, self.box = self._prepare(segment)
         for rank, text in pieces:
             out.append(LogLine(no, text, rank, self.source))
         return follow
@@ -150,14 +157,20 @@ class _Scanner:
             if found is None:
                 follow = self._take(line, line_at, out, need_trigger=True)
             else:  # a line seen before: the common case, kept short
-                pieces, follow, self.tag = found
+                pieces, follow, self.tag, self.box = found
                 for rank, text in pieces:
                     append(LogLine(line_at, text, rank, source))
             pos = stop + 1
-            tag = self.tag
+            tag, box = self.tag, self.box
             while follow and pos < end and block.startswith(tag, pos):
                 stop = block.find(b"\n", pos)
                 stop = end if stop < 0 else stop
+                if box:  # inside the box: its lines, then the one under it (the exception)
+                    side = block[pos + len(tag):min(stop, pos + len(tag) + 16)].lstrip()
+                    if side.startswith(_BOX_END):
+                        box, follow = False, 2
+                    elif not side.startswith(_BOX_SIDE):
+                        break
                 line_at += block.count(b"\n", counted_to, pos)
                 counted_to = pos
                 line = block[pos:stop]
