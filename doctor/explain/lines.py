@@ -36,6 +36,24 @@ _GLOG_RANK = re.compile(r"\[(?:Rank|rank|PG [^\]\[]{0,60}?Rank) (\d+)\]")
 _ONE_PREFIX = re.compile(r"\[(?:rank|default|Rank|RANK)\s?\d+\]:?\s?")
 MAX_LINE_CHARS = 4000  # matching looks at no more of a line than this
 
+# What a paste or a log collector puts in front of every line, taken off before the rank prefix:
+# markdown quote markers ('> '), line numbers of a numbered paste ('[1918] '), Ray worker tags
+# ('(RayTrainWorker pid=4411, ip=10.0.0.3) '), mpirun's '[1,0]<stderr>:' (the second number is the
+# rank), and a container runtime's ISO timestamp ('2024-05-01T10:00:00.123Z stderr F ').
+_PASTE_WRAPPER = re.compile(
+    r"^(?:(?:>[ \t]?)+"
+    r"|\[\d{1,7}\][ \t]"
+    r"|\((?:[\w.-]+ )?pid=\d+(?:, ip=[\d.]+)?\)[ \t]"
+    r"|\[\d{1,5},(?P<mpirank>\d{1,5})\]<std(?:out|err)>:[ \t]?"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?[ \t]+(?:(?:stdout|stderr)[ \t]+[FP][ \t]+)?)"
+)
+# Lines a uniformly indented paste (a markdown list item, a 4-space code block) moves off column 0;
+# none of them is the source line of a traceback frame.
+_INDENTED_ANCHOR = re.compile(
+    r"[ \t]+(?=\[(?:rank|default)\d+\]:|Traceback \(most recent call last\)"
+    r"|(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*?)?(?:Error|Exception|Interrupt|Exit|Failure)(?::\s|$))"
+)
+
 
 @dataclass(slots=True)
 class LogLine:
@@ -189,7 +207,23 @@ def line_pieces(raw: str) -> list[tuple[int | None, str]]:
         if piece.startswith("^C"):
             piece = piece[2:]
             out.append((None, "^C"))
+        wrapped_rank = None
+        for _ in range(3):
+            w = _PASTE_WRAPPER.match(piece)
+            if not w or not w.end():
+                break
+            if w.group("mpirank") is not None:
+                wrapped_rank = int(w.group("mpirank"))
+            piece = piece[w.end():]
+        if piece[:1] in " \t":
+            a = _INDENTED_ANCHOR.match(piece)
+            if a:
+                piece = piece[a.end():]
+        if not piece.strip():
+            continue
         rank, body = split_rank(piece)
+        if rank is None:
+            rank = wrapped_rank
         if body[:1] in "│╭╰┃":
             body = _unbox(body)
             if not body:
