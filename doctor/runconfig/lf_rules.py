@@ -127,7 +127,7 @@ FIRST_USE = {
 }
 FLOAT_FOR_INT = {  # where a float in an int argument first breaks (tests/test_runconfig_lf_rules.py runs it)
     "per_device_train_batch_size": "when the DataLoader is built: \"ValueError: batch_size should be a positive "
-                                   "integer value, but got batch_size=...\" (torch/utils/data/dataloader.py)",
+                                   "integer value, but got batch_size=...\" (torch/utils/data/sampler.py BatchSampler)",
 }
 
 
