@@ -351,3 +351,14 @@ def test_deepspeed_missing_is_its_own_code(tmp_path):
     rc = load_run_config(str(p))
     found = lf_rules.extras(lf_rules.LfRun(rc, lf_rules.llamafactory_args(rc)), lf_rules.Env(versions={"torch": "2.14.1"}))
     assert [p.code for p in found] == [codes.DS_MISSING] and "'deepspeed'" in found[0].message
+
+
+def test_the_readers_number_kinds_are_the_arguments_annotations(env):
+    """reading.YAML_EXPECT's int/number keys carry the annotation of the argument classes that
+    LLaMA-Factory's train parser builds (TrainingArguments of transformers 5 types warmup_steps as a
+    float: 0.1 is a ratio), read from the installed source by config.llamafactory's worker."""
+    from mgft_doctor.runconfig.reading import YAML_EXPECT
+
+    numeric = {k: e.kind for k, e in YAML_EXPECT.items() if e.kind in ("int", "number")}
+    assert numeric and {k: lf_rules._kind(env.fields[k]) for k in numeric} == numeric
+    assert all(YAML_EXPECT[k].quoted and YAML_EXPECT[k].loose for k in numeric)  # get_train_args converts none
