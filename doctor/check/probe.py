@@ -36,6 +36,17 @@ class Finding:
         return {"code": self.code, "message": self.message, "fix": self.fix, "severity": self.severity.value}
 
 
+def finding_lines(f: Finding, indent: str = "    ") -> list[str]:
+    """A finding as every report prints it (check's rows, the pytest plugin's failure report and
+    its section): the mark, the code and what is wrong; under it, what to do."""
+    return [f"{indent}{f.severity.mark} {f.code} {f.message}", f"{indent}  fix: {f.fix}"]
+
+
+def finding_text(f: Finding) -> str:
+    """A finding on one line, where only one fits (a pytest skip reason or warning)."""
+    return f"{f.code} {f.message} (fix: {f.fix})"
+
+
 @dataclass
 class ProbeResult:
     id: str
