@@ -124,6 +124,9 @@ class Probe:
     # Why the probe does not apply here (no run config, no model, too few GPUs), or None. Cheap:
     # it may read the run config and the cached facts, never start a run; --list shows it.
     applies: Callable[["Context"], str | None] | None = None  # noqa: F821
+    # Starts ranks (torchrun) on this machine's GPUs and ports: the runner runs these one at a
+    # time, beside the probes that start none.
+    ranks: bool = False
 
     @property
     def family(self) -> str:
