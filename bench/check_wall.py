@@ -65,6 +65,10 @@ def main() -> int:
     ap.add_argument("--doctor", default=str(HERE / ".venv" / "bin" / "mgft-doctor"))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--serial", action="store_true",
+                    help="also time check with MGFT_DOCTOR_SERIAL=1 (one probe at a time: the runner before concurrency)")
+    ap.add_argument("--skip", default="", help="probe ids check skips (its --skip), e.g. deepspeed.ops on a box whose "
+                                               "first JIT build outlasts the time limit")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     doctor = args.doctor if os.path.exists(args.doctor) else shutil.which("mgft-doctor") or "mgft-doctor"
@@ -72,16 +76,20 @@ def main() -> int:
     env["PATH"] = f"{Path(args.accelerate).parent}{os.pathsep}{env.get('PATH', '')}"  # accelerate-launch beside it
     with tempfile.TemporaryDirectory(prefix="check-wall-") as tmp:
         cfg = accelerate_config(Path(tmp), gpu_count(args.python))
-        check_s, accel_s, rows = [], [], []
+        check_s, serial_s, accel_s, rows = [], [], [], []
         for i in range(args.repeats):
-            s, rc, out = timed([doctor, "check", "--json", "--python", args.python], env, tmp, args.timeout)
-            check_s.append(s)
-            try:
-                probes = json.loads(out)["probes"]
-                rows.append({p["id"]: round(p["duration_s"], 1) for p in probes if p.get("duration_s")})
-            except (ValueError, KeyError):
-                rows.append({"exit": rc})
-            print(f"check #{i + 1}: {s:.1f} s (exit {rc}); probes {rows[-1]}", file=sys.stderr)
+            for label, times, extra in (("check", check_s, {}), ("check serial", serial_s, {"MGFT_DOCTOR_SERIAL": "1"})):
+                if times is serial_s and not args.serial:
+                    continue
+                cmd = [doctor, "check", "--json", "--python", args.python] + (["--skip", args.skip] if args.skip else [])
+                s, rc, out = timed(cmd, {**env, **extra}, tmp, args.timeout)
+                times.append(s)
+                try:
+                    probes = json.loads(out)["probes"]
+                    rows.append({p["id"]: round(p["duration_s"], 1) for p in probes if p.get("duration_s")})
+                except (ValueError, KeyError):
+                    rows.append({"exit": rc})
+                print(f"{label} #{i + 1}: {s:.1f} s (exit {rc}); probes {rows[-1]}", file=sys.stderr)
             s, rc, _ = timed([args.accelerate, "test", "--config_file", str(cfg)], env, tmp, args.timeout)
             accel_s.append(s)
             print(f"accelerate test #{i + 1}: {s:.1f} s (exit {rc})", file=sys.stderr)
@@ -89,12 +97,16 @@ def main() -> int:
     result = {"check_s": [round(x, 1) for x in check_s], "accelerate_test_s": [round(x, 1) for x in accel_s],
               "check_median_s": round(check_m, 1), "accelerate_test_median_s": round(accel_m, 1),
               "ratio": round(check_m / accel_m, 2), "target_ratio": 0.5, "probes": rows,
+              "check_serial_s": [round(x, 1) for x in serial_s],
               "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 1)}
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"mgft-doctor check: {check_m:.1f} s (median of {check_s and len(check_s)}: "
+        print(f"mgft-doctor check: {check_m:.1f} s (median of {len(check_s)}: "
               f"{', '.join(f'{x:.1f}' for x in check_s)})")
+        if serial_s:
+            print(f"mgft-doctor check, one probe at a time: {statistics.median(serial_s):.1f} s "
+                  f"({', '.join(f'{x:.1f}' for x in serial_s)}); ratio {statistics.median(serial_s) / accel_m:.2f}")
         print(f"accelerate test:   {accel_m:.1f} s ({', '.join(f'{x:.1f}' for x in accel_s)})")
         print(f"ratio check / accelerate test: {result['ratio']:.2f} (target <= 0.5); "
               f"{result['cpus']} CPUs, load {result['load_1min']}")

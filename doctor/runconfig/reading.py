@@ -296,7 +296,7 @@ class Expect:
             return None
         if isinstance(value, str) and self.kind in ("int", "number") and is_number_text(value):
             return None if self.quoted else (f"expected {self._wanted()}, got a string ({_clip(value)}): write it "
-                                             "without quotes (DeepSpeed's config model does not take it)")
+                                             "without quotes")
         if self.also_mapping and isinstance(value, dict):
             return None
         if self.kind == "path" and isinstance(value, str) and (len(value) > 4096 or "\x00" in value):
