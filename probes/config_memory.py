@@ -7,6 +7,7 @@ from __future__ import annotations
 
 
 from mgft_doctor.runconfig import lf_rules, memory as me
+from mgft_doctor.runconfig.reading import as_number
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.facts import host_memory_bytes
 from mgft_doctor.check.probe import Finding, Probe, Status, verdict
@@ -63,9 +64,10 @@ def run(ctx: Context):
     gpus_here = ctx.facts.gpu_count
     per_node = ctx.nproc
     world = per_node * ctx.options.nnodes
-    lora = y.get("lora_rank", 8) if y.get("finetuning_type", "lora" if y else "full") == "lora" else None
-    micro = int(y.get("per_device_train_batch_size", 1) or 1)
-    seq = int(y.get("cutoff_len", 2048) or 2048)
+    # a quoted or float count is config.llamafactory's finding (MGD918); the estimate takes the number meant
+    lora = int(as_number(y.get("lora_rank", 8)) or 8) if y.get("finetuning_type", "lora" if y else "full") == "lora" else None
+    micro = int(as_number(y.get("per_device_train_batch_size", 1)) or 1)
+    seq = int(as_number(y.get("cutoff_len", 2048)) or 2048)
     flash = str(y.get("flash_attn", "auto")).lower() in ("auto", "fa2", "fa3", "sdpa")
     ckpt = not y.get("disable_gradient_checkpointing", False)
     gpu_mem = min((d.get("total_memory", 0) for d in ctx.facts.devices), default=0) or DEFAULT_GPU_BYTES

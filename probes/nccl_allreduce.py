@@ -90,4 +90,4 @@ def run(ctx: Context):
     return verdict(summary, findings, metrics, details)
 
 
-PROBE = Probe(ID, TITLE, run, needs=("gpu.visible",), slow=True)
+PROBE = Probe(ID, TITLE, run, needs=("gpu.visible",), slow=True, ranks=True)

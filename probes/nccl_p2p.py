@@ -64,4 +64,4 @@ def run(ctx: Context):
     return verdict(summary, findings, metrics, details)
 
 
-PROBE = Probe(ID, TITLE, run, needs=("gpu.visible",), slow=True, applies=applies)
+PROBE = Probe(ID, TITLE, run, needs=("gpu.visible",), slow=True, applies=applies, ranks=True)

@@ -83,7 +83,9 @@ def args_only(case):
     """LLaMA-Factory's argument parser and its checks alone (hparams/parser.py get_train_args)."""
     from llamafactory.hparams import get_train_args
 
-    get_train_args(on_this_cpu(read_yaml(case)))
+    parsed = get_train_args(on_this_cpu(read_yaml(case)))
+    if case.get("show"):  # the argument as the parser left it (repr), for the test to compare
+        case["shown"] = next(repr(getattr(a, case["show"])) for a in parsed if hasattr(a, case["show"]))
 
 
 def copy_model(case):
@@ -126,7 +128,7 @@ def pair(case):
 def outcome(fn, case):
     try:
         fn(case)
-        return {"ok": True}
+        return {"ok": True, **({"shown": case["shown"]} if "shown" in case else {})}
     except BaseException as exc:  # noqa: BLE001 - every failure is the answer
         tb = traceback.extract_tb(exc.__traceback__)
         where = f"{tb[-1].filename.split('site-packages/')[-1]}:{tb[-1].name}" if tb else ""

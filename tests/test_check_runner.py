@@ -150,3 +150,99 @@ def test_list_without_a_config_asks_no_probe(run_doctor):
     code, out, err = run_doctor("--list")
     assert code == 0 and "would skip" not in out
     assert [ln.split()[0] for ln in out.splitlines()][:2] == ["gpu.visible", "nccl.shm"]
+
+
+# ---- the concurrent runner (run_all) -------------------------------------------------------------
+
+def _timed_probe(pid: str, spans: dict, seconds: float, ranks: bool = False, needs: tuple = ()):
+    import time
+
+    def run(ctx):
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        spans[pid] = (t0, time.monotonic(), [n for n in needs if n in ctx.results])
+        return verdict("ok")
+    return Probe(pid, pid, run, needs=needs, ranks=ranks)
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_probes_without_ranks_run_beside_the_rank_lane_which_runs_one_at_a_time():
+    import time
+
+    from mgft_doctor.check.runner import run_all
+
+    spans: dict = {}
+    probes = [_timed_probe("gpu.visible", spans, 0.05),
+              _timed_probe("nccl.allreduce", spans, 0.6, ranks=True, needs=("gpu.visible",)),
+              _timed_probe("deepspeed.install", spans, 0.6),
+              _timed_probe("deepspeed.ops", spans, 0.3, needs=("deepspeed.install",)),
+              _timed_probe("versions.compat", spans, 0.6),
+              _timed_probe("zero3.model", spans, 0.3, ranks=True, needs=("nccl.allreduce",))]
+    started, done = [], []
+    t0 = time.monotonic()
+    results = run_all(probes, context(ONE_GPU), on_start=lambda p: started.append(p.id),
+                      on_done=lambda r: done.append(r.id))
+    wall = time.monotonic() - t0
+    assert [r.id for r in results] == [p.id for p in probes] and all(r.status is Status.PASS for r in results)
+    assert sorted(started) == sorted(done) == sorted(p.id for p in probes)
+    assert wall < 1.5, wall  # 2.45 s one after another
+    assert _overlap(spans["nccl.allreduce"], spans["deepspeed.install"])
+    assert _overlap(spans["deepspeed.install"], spans["versions.compat"])
+    assert not _overlap(spans["nccl.allreduce"], spans["zero3.model"])  # the ranks and ports are one lane's
+    for pid, (start, _, seen) in spans.items():  # each started after what it needs had finished
+        need = {p.id: p.needs for p in probes}[pid]
+        assert seen == list(need) and all(spans[n][1] <= start for n in need), pid
+
+
+def test_serial_when_asked_and_a_needed_failure_still_skips():
+    from mgft_doctor.check.runner import run_all
+
+    spans: dict = {}
+    failing = Probe("nccl.allreduce", "x", lambda ctx: verdict("no", [Finding("MGD301", "hung", "fix")]), ranks=True)
+    probes = [_timed_probe("gpu.visible", spans, 0.01), failing,
+              _timed_probe("zero3.model", spans, 0.01, ranks=True, needs=("nccl.allreduce",))]
+    for parallel in (True, False):
+        res = run_all(probes, context(ONE_GPU), parallel=parallel)
+        assert [r.status for r in res] == [Status.PASS, Status.FAIL, Status.SKIP]
+        assert res[2].summary == "skipped: needs nccl.allreduce, which did not pass"
+
+
+def test_bad_input_in_one_probe_stops_the_runs_of_the_others_at_once(tmp_path):
+    """A DoctorError (or Ctrl-C in the main thread) ends the command: the run another thread waits
+    on is killed (launch.processes.stop_all_runs), not waited for."""
+    import sys
+    import time
+    import uuid
+
+    from mgft_doctor.check.runner import run_all
+    from mgft_doctor.launch.processes import TOKEN_VAR, processes_with_token, run_limited
+
+    token = uuid.uuid4().hex
+
+    def runs(code: str):
+        def run(ctx):
+            with open(tmp_path / "log", "wb") as log:
+                rc, *_ = run_limited([sys.executable, "-c", code], dict(__import__("os").environ, **{TOKEN_VAR: token}),
+                                     tmp_path, 120, token, log)
+            return verdict(f"exit {rc}")
+        return run
+
+    long_run = runs("import time; time.sleep(60)")
+
+    def bad(ctx):
+        time.sleep(1.0)
+        raise DoctorError("train.yaml: not valid YAML")
+
+    probes = [Probe("gpu.visible", "g", lambda ctx: verdict("ok")), Probe("nccl.allreduce", "a", long_run, ranks=True),
+              Probe("config.deepspeed", "c", bad)]
+    t0 = time.monotonic()
+    with pytest.raises(DoctorError, match="not valid YAML"):
+        run_all(probes, context(ONE_GPU))
+    assert time.monotonic() - t0 < 20
+    assert processes_with_token(token) == []
+    # and the next run_all in this process starts runs again
+    again = run_all([probes[0], Probe("nccl.allreduce", "a", runs("pass"), ranks=True)], context(ONE_GPU))
+    assert again[1].summary == "exit 0"

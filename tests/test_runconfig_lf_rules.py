@@ -18,7 +18,7 @@ import yaml
 
 from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.script import run_script
-from mgft_doctor.runconfig import RunConfig, codes, lf_rules
+from mgft_doctor.runconfig import RunConfig, codes, lf_rules, load_run_config
 
 BASE = {"model_name_or_path": "model", "stage": "sft", "do_train": True, "finetuning_type": "lora", "lora_rank": 4,
         "lora_target": "all", "dataset": "tiny", "dataset_dir": "data", "template": "qwen", "cutoff_len": 64,
@@ -37,6 +37,12 @@ CASES = {
     "unquoted_lr_1e-4": ({}, "learning_rate: 1e-4\n", None, None),  # a string in PyYAML, a float in OmegaConf
     "quoted_rank": ({"lora_rank": None}, 'lora_rank: "8"\n', (codes.LF_STRING_NUMBER, FAIL),
                     "'<=' not supported between instances of 'str' and 'int'"),
+    "quoted_warmup": ({}, "warmup_steps: '2'\n", (codes.LF_STRING_NUMBER, FAIL),
+                      "'<' not supported between instances of 'str' and 'int'"),
+    "warmup_ratio_as_steps": ({}, "warmup_steps: 0.1\n", None, None),  # a float in transformers 5: a ratio below 1
+    "warmup_exponent": ({"max_steps": None}, "max_steps: 2\nwarmup_steps: 1e0\n", None, None),  # 1.0 under OmegaConf
+    "float_batch": ({"per_device_train_batch_size": None}, "per_device_train_batch_size: 1e0\n",
+                    (codes.LF_STRING_NUMBER, FAIL), "batch_size should be a positive integer value"),
     # a quoted "false" is a true str: LLaMA-Factory trains (and saves) although the YAML seems to say no
     "quoted_false_do_train": ({"do_train": None, "output_dir": "out_quoted_false"}, 'do_train: "false"\n',
                               (codes.LF_STRING_NUMBER, WARN), None),
@@ -145,7 +151,7 @@ def env(lab):
 
 
 def problems(lab: Path, env, name: str):
-    rc = RunConfig(yaml_path=str(lab / f"{name}.yaml"))  # the rules read the file as LLaMA-Factory does
+    rc = load_run_config(str(lab / f"{name}.yaml"))  # read once, as the CLI reads it; the rules never reread
     cfg = json.loads((lab / "model" / "config.json").read_text())
     return lf_rules.check(rc, env, model_cfg=cfg)
 
@@ -174,7 +180,7 @@ def test_the_yaml_is_read_as_llamafactory_cli_reads_it(tmp_path):
     """OmegaConf's rules, not PyYAML's: an exponent without a dot is a float, a date stays a string."""
     p = tmp_path / "t.yaml"
     p.write_text("learning_rate: 1e-4\nwarmup_steps: 1e2\nquoted: \"1e-4\"\nrun_name: 2024-01-01\nbf16: true\n")
-    args = lf_rules.llamafactory_args(RunConfig(yaml_path=str(p)))
+    args = lf_rules.llamafactory_args(load_run_config(str(p)))
     assert args == {"learning_rate": 1e-4, "warmup_steps": 100.0, "quoted": "1e-4", "run_name": "2024-01-01", "bf16": True}
     from omegaconf import OmegaConf
 
@@ -320,7 +326,7 @@ def test_every_combination_has_a_plant():
 
 @pytest.mark.parametrize("message", list(PLANTS))
 def test_each_combination_refused_alone(lab, env, message):
-    rc = RunConfig(yaml_path=str(_plant(lab, message)))
+    rc = load_run_config(str(_plant(lab, message)))
     run = lf_rules.LfRun(rc, lf_rules.llamafactory_args(rc))
     said = [p.message for p in lf_rules.refused_combinations(run, env)]
     assert said and f"\"{message}\"" in said[0], said
@@ -342,6 +348,17 @@ def test_deepspeed_missing_is_its_own_code(tmp_path):
     library's message)."""
     p = tmp_path / "t.yaml"
     p.write_text("stage: sft\ndo_train: true\ndeepspeed: ds.json\n")
-    rc = RunConfig(yaml_path=str(p))
+    rc = load_run_config(str(p))
     found = lf_rules.extras(lf_rules.LfRun(rc, lf_rules.llamafactory_args(rc)), lf_rules.Env(versions={"torch": "2.14.1"}))
     assert [p.code for p in found] == [codes.DS_MISSING] and "'deepspeed'" in found[0].message
+
+
+def test_the_readers_number_kinds_are_the_arguments_annotations(env):
+    """reading.YAML_EXPECT's int/number keys carry the annotation of the argument classes that
+    LLaMA-Factory's train parser builds (TrainingArguments of transformers 5 types warmup_steps as a
+    float: 0.1 is a ratio), read from the installed source by config.llamafactory's worker."""
+    from mgft_doctor.runconfig.reading import YAML_EXPECT
+
+    numeric = {k: e.kind for k, e in YAML_EXPECT.items() if e.kind in ("int", "number")}
+    assert numeric and {k: lf_rules._kind(env.fields[k]) for k in numeric} == numeric
+    assert all(YAML_EXPECT[k].quoted and YAML_EXPECT[k].loose for k in numeric)  # get_train_args converts none

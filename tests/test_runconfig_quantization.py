@@ -12,7 +12,7 @@ import pytest
 
 from mgft_doctor.check.context import Context, Options
 from mgft_doctor.check.facts import Facts
-from mgft_doctor.runconfig import RunConfig, codes, lf_rules, memory as me
+from mgft_doctor.runconfig import RunConfig, codes, lf_rules, load_run_config, memory as me
 
 LLAMA_7B = dict(model_type="llama", hidden_size=4096, num_hidden_layers=32, intermediate_size=11008,
                 num_attention_heads=32, vocab_size=32000, tie_word_embeddings=False)
@@ -97,7 +97,8 @@ def _env(**kw) -> lf_rules.Env:
 
 def _quant(tmp_path, yaml_text: str, env: lf_rules.Env, ds: dict | None = None):
     (tmp_path / "q.yaml").write_text(yaml_text)
-    rc = RunConfig(yaml_path=str(tmp_path / "q.yaml"), ds=ds)
+    rc = load_run_config(str(tmp_path / "q.yaml"))
+    rc.ds = ds
     return lf_rules.quantization(lf_rules.LfRun(rc, lf_rules.llamafactory_args(rc)), env)
 
 

@@ -63,7 +63,6 @@ def test_ds_json_numbers_nesting_and_top_level(tmp_path, text, words):
     ("learning_rate: .inf\n", "learning_rate: inf is not a finite number"),
     ("ddp_timeout: .nan\n", "ddp_timeout: nan is not a finite number"),
     ("per_device_train_batch_size: [1]\n", "per_device_train_batch_size: expected a whole number from 1 to"),
-    ("per_device_train_batch_size: '4'\n", "write it without quotes"),
     ("cutoff_len: -5\n", "cutoff_len: -5 is out of range"),
     ("model_name_or_path: {a: 1}\n", "model_name_or_path: expected a file path (a string), got a mapping"),
     ("deepspeed: " + "x" * 5000 + "\n", "deepspeed: a path of 5,000 characters is too long"),
@@ -86,6 +85,63 @@ def test_yaml_reads_as_llamafactory_does(tmp_path):
     """OmegaConf's rules (llamafactory-cli reads with them): 1e-4 is a float, a date a string."""
     y = read_yaml(write(tmp_path, "t.yaml", "learning_rate: 1e-4\nrun_name: 2024-01-01\nbf16: true\n"))
     assert y == {"learning_rate": 1e-4, "run_name": "2024-01-01", "bf16": True}
+
+
+# what LLaMA-Factory's get_train_args takes unchanged (the slow test below runs it): the reader lets
+# each through as it is, and config.llamafactory judges it (MGD918: a quoted number, a float in an int)
+LF_TAKES = {
+    "quoted_batch": ("per_device_train_batch_size: '4'\n", "4"),
+    "quoted_accumulation": ("gradient_accumulation_steps: '2'\n", "2"),
+    "quoted_cutoff": ("cutoff_len: '64'\n", "64"),
+    "quoted_rank": ("lora_rank: '8'\n", "8"),
+    "quoted_bits": ("quantization_bit: '4'\n", "4"),
+    "quoted_timeout": ("ddp_timeout: '1800'\n", "1800"),
+    "quoted_clipping": ("max_grad_norm: '1.0'\n", "1.0"),
+    "quoted_steps": ("max_steps: '10'\n", "10"),
+    "quoted_epochs": ("num_train_epochs: '3'\n", "3"),
+    "warmup_ratio_form": ("warmup_steps: 0.1\n", 0.1),
+    "warmup_exponent": ("warmup_steps: 1e2\n", 100.0),
+    "steps_exponent": ("max_steps: 1e2\n", 100.0),
+    "batch_exponent": ("per_device_train_batch_size: 1e1\n", 10.0),
+    "cutoff_float": ("cutoff_len: 512.0\n", 512.0),
+    "underscore_int": ("cutoff_len: 1_024\n", 1024),
+}
+
+
+@pytest.mark.parametrize("name", list(LF_TAKES))
+def test_the_reader_takes_what_llamafactory_takes(tmp_path, name):
+    text, value = LF_TAKES[name]
+    y = read_yaml(write(tmp_path, "t.yaml", text))
+    assert list(y.values()) == [value] and type(y[next(iter(y))]) is type(value)
+
+
+@pytest.mark.slow
+def test_llamafactory_get_train_args_takes_each_unchanged(tmp_path):
+    """hparams/parser.py get_train_args on each (OmegaConf read, HfArgumentParser.parse_dict): it
+    passes, and the argument holds the value as the reader read it (no conversion)."""
+    from runconfig_oracle import ask
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama"}')
+    base = ("model_name_or_path: model\nstage: sft\ndo_train: true\nfinetuning_type: lora\nlora_target: all\n"
+            "dataset: tiny\ntemplate: qwen\noutput_dir: out\noverwrite_output_dir: true\nreport_to: none\nuse_cpu: true\n")
+    cases = {}
+    for name, (text, value) in LF_TAKES.items():
+        (tmp_path / f"{name}.yaml").write_text(base + text)
+        key = text.split(":")[0]
+        cases[name] = {"mode": "args", "yaml": str(tmp_path / f"{name}.yaml"), "cwd": str(tmp_path), "show": key}
+    got = ask(cases, tmp_path)
+    assert {n: r for n, r in got.items() if not r["ok"]} == {}
+    for name, (_, value) in LF_TAKES.items():
+        assert got[name]["shown"] == repr(value), (name, got[name])
+    # and what the reader takes, the rules judge: each quoted number or float count is MGD918
+    from mgft_doctor.runconfig import codes, lf_rules
+
+    for name in LF_TAKES:
+        found = lf_rules.strings_for_numbers(lf_rules.LfRun(rc := load_run_config(str(tmp_path / f"{name}.yaml")),
+                                                            lf_rules.llamafactory_args(rc)), lf_rules.Env())
+        judged = name.startswith("quoted") or name in ("steps_exponent", "batch_exponent", "cutoff_float")
+        assert [p.code for p in found] == ([codes.LF_STRING_NUMBER] if judged else []), (name, found)
 
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(

@@ -175,3 +175,63 @@ def test_the_libraries_refuse_every_planted_pair_and_accept_every_near_miss(tmp_
             assert not got[name]["ok"] and got[name]["type"] == "ValueError", (name, got[name])
             assert said in got[name]["msg"], (name, got[name]["msg"])
         assert (our_codes(tmp_path / name) != []) == (said is not None), name
+
+
+def repaired_pair(folder, name: str):
+    """The pair after `mgft-doctor fix`'s safe repairs (ds_rules.plan_repairs, unsafe=False), written
+    beside the original as fixed.json with the YAML pointing at it."""
+    case = write_pair(folder, name)
+    plan = ds_rules.plan_repairs(load_run_config(str(case / "t.yaml")), 1, True)
+    (case / "fixed.json").write_text(json.dumps(plan.deepspeed, indent=1))
+    (case / "fixed.yaml").write_text((case / "t.yaml").read_text().replace("deepspeed: ds.json", "deepspeed: fixed.json"))
+    return case, plan
+
+
+# every pair the Trainer or accelerate refuse for a disagreement with the YAML has a safe repair: "auto"
+REPAIRABLE = sorted(n for n, (_, _, code, _) in PAIRS.items() if code in (codes.DS_HF_MISMATCH, codes.DS_MIXED_PRECISION))
+
+
+@pytest.mark.parametrize("name", REPAIRABLE)
+def test_each_disagreement_has_a_safe_repair_to_auto_that_leaves_nothing(tmp_path, name):
+    case, plan = repaired_pair(tmp_path, name)
+    assert plan.applied and all(p.safe for p in plan.applied), [(p.code, p.label) for p in plan.manual + plan.held_back]
+    assert not [p for p in plan.manual + plan.held_back if p.code in (codes.DS_HF_MISMATCH, codes.DS_MIXED_PRECISION)]
+    changed = [path for p in plan.applied for path in p.paths]
+    assert changed and all(ds_rules._get(plan.deepspeed, path) == "auto" for path in changed), changed
+    assert our_codes_of(case / "fixed.yaml") == []
+
+
+def our_codes_of(yaml_path) -> list[str]:
+    return [p.code for p in ds_rules.check(load_run_config(str(yaml_path)), 1, True) if p.severity == "fail"]
+
+
+def test_the_repair_is_offered_by_check_and_applied_by_fix(tmp_path):
+    """The finding says how (`mgft-doctor fix`), and the command writes "auto" into the JSON only."""
+    import subprocess
+    import sys
+
+    case = write_pair(tmp_path, "betas_eps_decay")
+    found = ds_rules.trainer_mismatches(load_run_config(str(case / "t.yaml")), 1, True)
+    assert found[0].safe and "[safe repair: mgft-doctor fix" in ds_rules.check(load_run_config(str(case / "t.yaml")), 1, True)[0].fix
+    yaml_before = (case / "t.yaml").read_text()
+    out = subprocess.run([sys.executable, "-m", "mgft_doctor", "fix", "--write", "--world-size", "1",
+                          str(case / "t.yaml")], capture_output=True,
+                         text=True, timeout=120, cwd=str(case))
+    assert out.returncode in (0, 1), out.stdout + out.stderr
+    ds = json.loads((case / "ds.json").read_text())
+    assert ds["optimizer"]["params"] == {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}, out.stdout
+    assert (case / "t.yaml").read_text() == yaml_before
+
+
+@pytest.mark.slow
+def test_the_libraries_accept_every_repaired_pair(tmp_path):
+    """transformers' HfTrainerDeepSpeedConfig (process + finalize) and accelerate's DeepSpeedPlugin on
+    each safely repaired pair: the Trainer fills the "auto" from the YAML and starts."""
+    from runconfig_oracle import ask
+
+    cases = {}
+    for name in REPAIRABLE:
+        case, _ = repaired_pair(tmp_path, name)
+        cases[name] = {"mode": "pair", "yaml": str(case / "fixed.yaml"), "ds": str(case / "fixed.json"), "cwd": str(case)}
+    got = ask(cases, tmp_path)
+    assert {n: r for n, r in got.items() if not r["ok"]} == {}

@@ -36,6 +36,17 @@ class Finding:
         return {"code": self.code, "message": self.message, "fix": self.fix, "severity": self.severity.value}
 
 
+def finding_lines(f: Finding, indent: str = "    ") -> list[str]:
+    """A finding as every report prints it (check's rows, the pytest plugin's failure report and
+    its section): the mark, the code and what is wrong; under it, what to do."""
+    return [f"{indent}{f.severity.mark} {f.code} {f.message}", f"{indent}  fix: {f.fix}"]
+
+
+def finding_text(f: Finding) -> str:
+    """A finding on one line, where only one fits (a pytest skip reason or warning)."""
+    return f"{f.code} {f.message} (fix: {f.fix})"
+
+
 @dataclass
 class ProbeResult:
     id: str
@@ -113,6 +124,9 @@ class Probe:
     # Why the probe does not apply here (no run config, no model, too few GPUs), or None. Cheap:
     # it may read the run config and the cached facts, never start a run; --list shows it.
     applies: Callable[["Context"], str | None] | None = None  # noqa: F821
+    # Starts ranks (torchrun) on this machine's GPUs and ports: the runner runs these one at a
+    # time, beside the probes that start none.
+    ranks: bool = False
 
     @property
     def family(self) -> str:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
-from .probe import Probe, ProbeResult, Status
+from .probe import Finding, Probe, ProbeResult, Status, finding_lines
 
 STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: "dim", Status.ERROR: "magenta"}
 
@@ -39,6 +40,15 @@ class Progress:
             self._status.stop()
 
 
+def finding_text_lines(f: Finding, indent: str = "    ") -> list[Text]:
+    """probe.finding_lines (the one rendering of a finding, which the pytest plugin prints too),
+    with the mark in the severity's colour and the code in cyan."""
+    head, fix = (Text(line) for line in finding_lines(f, indent))
+    head.stylize(STYLE[f.severity], len(indent), len(indent) + 1)
+    head.stylize("cyan", len(indent) + 2, len(indent) + 2 + len(f.code))
+    return [head, fix]
+
+
 def render_results(results: list[ProbeResult], console: Console, verbose: bool = False) -> None:
     if not verbose:
         console.print("Doctor summary (to see all details, run mgft-doctor -v):")
@@ -47,9 +57,7 @@ def render_results(results: list[ProbeResult], console: Console, verbose: bool =
         console.print(f"[{st}]\\[{r.status.mark}][/] [bold]{escape(r.title)}[/] [dim]({r.id}, {r.duration_s:.1f} s)[/]")
         console.print(f"    {escape(r.summary)}")
         for f in r.findings:
-            fs = STYLE[f.severity]
-            console.print(f"    [{fs}]{f.severity.mark}[/] [cyan]{f.code}[/] {escape(f.message)}")
-            console.print(f"      → {escape(f.fix)}")
+            console.print(*finding_text_lines(f), sep="\n")
         if verbose:
             for d in r.details:
                 console.print(f"      [dim]{escape(d)}[/]")

@@ -4,8 +4,10 @@ turn a crashing probe (in applies() or run()) into an `error` result instead of 
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Callable
 
 from .context import Context
@@ -63,16 +65,73 @@ def would_skip(probe: Probe, ctx: Context) -> str | None:
         return f"cannot tell: applies() crashed ({type(exc).__name__}: {exc})"
 
 
+POOL_SIZE = 3  # probes that start no ranks, run side by side (each waits on its own subprocess)
+
+
 def run_all(probes: list[Probe], ctx: Context,
             on_start: Callable[[Probe], None] | None = None,
-            on_done: Callable[[ProbeResult], None] | None = None) -> list[ProbeResult]:
-    out = []
-    for probe in probes:
-        if on_start:
-            on_start(probe)
+            on_done: Callable[[ProbeResult], None] | None = None,
+            parallel: bool = True) -> list[ProbeResult]:
+    """Every probe, results in the given order. With parallel, probes that start ranks
+    (Probe.ranks: torchrun on this machine's GPUs and ports) run one after another in their own
+    lane, while the others run beside them in a small pool; a probe starts once the probes it needs
+    have finished (they come earlier in the list, as the registry orders them). The facts every
+    probe reads are gathered first, once."""
+    if not parallel or len(probes) < 2:
+        return [_run_one(p, ctx, on_start, on_done) for p in probes]
+    _resume()  # a stop of an earlier run_all in this process (the pytest plugin's) is over
+    out: dict[str, ProbeResult] = {}
+    first, rest = (probes[0], probes[1:]) if not probes[0].ranks else (None, probes)
+    if first is not None:  # gpu.visible: it reads the facts (a subprocess) that every other probe asks for
+        out[first.id] = _run_one(first, ctx, on_start, on_done)
+    else:
+        _ = ctx.facts
+    futures: dict[str, Future] = {}
+    lock = threading.Lock()
+
+    def job(probe: Probe) -> ProbeResult:
+        for need in probe.needs:
+            if need in futures:
+                futures[need].result()  # DoctorError of a needed probe ends the command there
+        with lock:
+            if on_start:
+                on_start(probe)
         res = run_probe(probe, ctx)
         ctx.results[probe.id] = res
-        out.append(res)
-        if on_done:
-            on_done(res)
-    return out
+        with lock:
+            if on_done:
+                on_done(res)
+        return res
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgft-ranks") as ranks, \
+            ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="mgft-probe") as pool:
+        for probe in rest:
+            futures[probe.id] = (ranks if probe.ranks else pool).submit(job, probe)
+        try:
+            for fut in as_completed(futures.values()):  # the first to raise ends the wait
+                res = fut.result()
+                out[res.id] = res
+        except BaseException:  # Ctrl-C, SIGTERM (the main thread only), bad input: end every run now
+            from ..launch.processes import stop_all_runs
+
+            for fut in futures.values():
+                fut.cancel()
+            stop_all_runs()
+            raise
+    return [out[p.id] for p in probes]
+
+
+def _resume() -> None:
+    from ..launch.processes import resume_runs
+
+    resume_runs()
+
+
+def _run_one(probe: Probe, ctx: Context, on_start, on_done) -> ProbeResult:
+    if on_start:
+        on_start(probe)
+    res = run_probe(probe, ctx)
+    ctx.results[probe.id] = res
+    if on_done:
+        on_done(res)
+    return res

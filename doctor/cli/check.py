@@ -18,7 +18,7 @@ from ..runconfig.reading import path_is_file
 from ..check.probe import Status
 from ..check.registry import select
 from ..check.runner import run_all, would_skip
-from ..text import mask_data, split_csv
+from ..text import mask_data, split_csv, truthy
 from .share import add_share_option, share_check
 
 SCHEMA = "mgft-doctor/check/1"
@@ -142,7 +142,8 @@ def run_check(args) -> int:
     selected = select(probes, split_csv(args.only), split_csv(args.skip))
     console = Console(stderr=True, highlight=False)
     progress = Progress(console, enabled=not args.json and console.is_terminal)
-    results = run_all(selected, ctx, on_start=progress.start, on_done=progress.done)
+    serial = truthy(os.environ.get("MGFT_DOCTOR_SERIAL", ""))  # one probe at a time (bench, debugging)
+    results = run_all(selected, ctx, on_start=progress.start, on_done=progress.done, parallel=not serial)
     progress.stop()
     results = mask_data(results)  # no secret of the environment in any output
     if args.share is not None:

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 TOKEN_VAR = "MGFT_DOCTOR_RUN"
@@ -28,6 +29,27 @@ GRACE_S = 5.0  # after SIGTERM, how long a process gets before SIGKILL
 ORPHAN_GRACE_S = 2.0  # the same, when the doctor is gone and nobody reads the results
 PR_SET_PDEATHSIG = 1
 _RELEASED = b"released\n"  # what the doctor tells its guard when the run ended cleanly
+
+
+_RUNNING: dict[str, subprocess.Popen] = {}  # token -> the run's first process, while run_limited waits on it
+_RUNNING_LOCK = threading.Lock()
+_STOPPING = threading.Event()  # stop_all_runs was called: no new run starts until resume_runs
+
+
+def stop_all_runs() -> int:
+    """Kill every run that run_limited is waiting on, in any thread, and start no new one: how
+    check's concurrent runner ends on Ctrl-C or SIGTERM (only the main thread is interrupted; the
+    threads' runs end here, and their run_limited returns). Returns how many runs were stopped."""
+    _STOPPING.set()
+    with _RUNNING_LOCK:
+        running = list(_RUNNING.items())
+    for token, proc in running:
+        kill_tree(token, proc)
+    return len(running)
+
+
+def resume_runs() -> None:
+    _STOPPING.clear()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -53,9 +75,17 @@ def run_limited(cmd: list[str], env: dict, cwd, timeout: float, token: str, log,
     guard = Guard.start(token, orphan_dirs)
     completed = False
     try:
+        if _STOPPING.is_set():
+            raise KeyboardInterrupt("the doctor is stopping")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, cwd=cwd, start_new_session=True, preexec_fn=die_with_parent())
-        returncode, timed_out = _wait_or_kill(proc, timeout, token)
+        with _RUNNING_LOCK:
+            _RUNNING[token] = proc
+        try:
+            returncode, timed_out = _wait_or_kill(proc, timeout, token)
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.pop(token, None)
         leftover = kill_tree(token, None)  # children that outlived it (torchrun's workers have their own sessions)
         completed = True
     finally:

@@ -19,7 +19,7 @@ import warnings
 
 import pytest
 
-from ..check.probe import Probe, ProbeResult, Status
+from ..check.probe import Probe, ProbeResult, Status, finding_lines, finding_text
 from ..text import split_csv as _split
 from .state import ITEM_MARKER, DoctorState, MgftDoctorWarning
 
@@ -67,9 +67,9 @@ class ProbeFailureRepr:
         tw.line(f"[{res.status.mark}] {res.title} ({res.id}) {word}", red=True, bold=True)
         tw.line(f"    {res.summary}")
         for f in res.findings:
-            tw.line(f"    {f.severity.mark} {f.code} {f.message}", red=f.severity is Status.FAIL,
-                    yellow=f.severity is Status.WARN)
-            tw.line(f"      fix: {f.fix}")
+            head, fix = finding_lines(f)
+            tw.line(head, red=f.severity is Status.FAIL, yellow=f.severity is Status.WARN)
+            tw.line(fix)
         if res.status is Status.ERROR or self.verbose:
             for d in res.details:
                 tw.line(f"      {d}")
@@ -115,7 +115,7 @@ def section_text(res: ProbeResult, findings: bool = True) -> str:
     """What the probe ran and saw (the CLI's -v); the findings unless the failure shows them."""
     lines = [f"{res.status.mark} {res.id}: {res.summary} ({res.duration_s:.1f} s)"]
     if findings:
-        lines += [f"  {f.severity.mark} {f.code} {f.message}\n      fix: {f.fix}" for f in res.findings]
+        lines += [line for f in res.findings for line in finding_lines(f, "  ")]
     lines += [f"  {d}" for d in res.details]
     lines += [f"  {k} = {v}" for k, v in res.metrics.items() if not isinstance(v, (list, dict))]
     return "\n".join(lines)
@@ -149,7 +149,7 @@ class ProbeItem(pytest.Item):
         if res.status is Status.SKIP:
             reason = res.summary.removeprefix("skipped: ")
             for f in res.findings:
-                reason += f"; {f.code} {f.message} (fix: {f.fix})"
+                reason += f"; {finding_text(f)}"
             pytest.skip(reason)
         if res.status in (Status.FAIL, Status.ERROR) or (res.status is Status.WARN and self.doctor.strict):
             raise ProbeFailed(res)
@@ -157,7 +157,7 @@ class ProbeItem(pytest.Item):
             path, lineno = _probe_location(self.probe)
             shown = res.findings or [None]
             for f in shown:
-                text = f"{res.id}: {res.summary}" if f is None else f"{res.id}: {f.code} {f.message} (fix: {f.fix})"
+                text = f"{res.id}: {res.summary}" if f is None else f"{res.id}: {finding_text(f)}"
                 warnings.warn_explicit(MgftDoctorWarning(text), MgftDoctorWarning, path, lineno,
                                        module=self.probe.run.__module__)
 

@@ -190,7 +190,7 @@ def batch_arithmetic(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[P
                     "'Please correct the following DeepSpeed config values that mismatch TrainingArguments values:"
                     f"\n- ds {key}={ds.get(key)} vs hf {_HF_NAME[key]}={y_v}'",
                     f"Set \"{key}\": \"auto\" in the DeepSpeed JSON (the Trainer fills it from the YAML).",
-                    "fail", _fill({key: "auto"}), safe=True))
+                    "fail", _fill({key: "auto"}), [key], safe=True))
         if tb is not None and isinstance(y_micro, int) and isinstance(y_gas, int) and tb != y_micro * y_gas * world:
             out.append(Problem(
                 codes.DS_HF_MISMATCH,
@@ -199,7 +199,7 @@ def batch_arithmetic(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[P
                 f"DeepSpeed config values that mismatch TrainingArguments values:\n- ds train_batch_size={ds.get('train_batch_size')}"
                 f" vs hf train_batch_size (calculated)={y_micro * y_gas * world}'",
                 "Set \"train_batch_size\": \"auto\" in the DeepSpeed JSON.", "fail",
-                _fill({"train_batch_size": "auto"}), safe=True))
+                _fill({"train_batch_size": "auto"}), ["train_batch_size"], safe=True))
         return out
     if tb is not None and micro is not None and gas is not None and tb != micro * gas * world:
         out.append(Problem(
@@ -348,7 +348,7 @@ def trainer_mismatches(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list
              ("bf16.enabled", bool(a.get("bf16") or a.get("bf16_full_eval")), "bf16|bf16_full_eval"),
              ("scheduler.params.total_num_steps", total, "num_training_steps (calculated)"),
              ("scheduler.params.warmup_num_steps", _warmup_steps(a, total), "warmup_steps")]
-    lines, unknown = [], []
+    lines, wrong, unknown = [], [], []
     for ds_key, hf_val, hf_key in pairs:
         ds_val = _get(rc.ds, ds_key)
         if ds_val is None or ds_val == "auto":
@@ -357,6 +357,7 @@ def trainer_mismatches(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list
             unknown.append(ds_key)
         elif ds_val != hf_val:
             lines.append(f"- ds {ds_key}={ds_val} vs hf {hf_key}={hf_val}")
+            wrong.append(ds_key)
     out = []
     if lines:
         note = (" (pure_bf16 is LLaMA-Factory's own flag: the Trainer's bf16 stays false)"
@@ -364,13 +365,22 @@ def trainer_mismatches(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list
         out.append(Problem(codes.DS_HF_MISMATCH, "the HF Trainer stops at train() (trainer_config_finalize): \""
                            + TRAINER_MISMATCH.format(lines="\n".join(lines)) + f"\"{note}",
                            "Set these keys to \"auto\" in the DeepSpeed JSON (the Trainer fills them from the YAML), "
-                           "or make the YAML say the same values."))
+                           "or make the YAML say the same values.", "fail", _to_auto(wrong), list(wrong), safe=True))
     if unknown:
         out.append(Problem(codes.DS_HF_MISMATCH, f"{', '.join(unknown)} fixed in the DeepSpeed JSON: the Trainer checks "
                            "them against the steps it computes from the dataset's length (num_train_epochs × steps per "
                            "epoch) and stops when they differ, which a number written by hand rarely matches",
-                           "Set them to \"auto\", or give max_steps in the YAML and the matching numbers.", "warn"))
+                           "Set them to \"auto\", or give max_steps in the YAML and the matching numbers.", "warn",
+                           _to_auto(unknown), list(unknown), safe=True))
     return out
+
+
+def _to_auto(paths: list[str]) -> Callable[[dict], None]:
+    """The safe repair of a YAML + JSON disagreement: "auto" there, which the HF Trainer fills from
+    the TrainingArguments (trainer_config_process / trainer_config_finalize), so the run keeps the
+    YAML's values, the ones LLaMA-Factory's parser and the Trainer already use."""
+    return _fill(dict.fromkeys(paths, "auto"))
+
 
 
 def accelerate_checks(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[Problem]:
@@ -397,7 +407,9 @@ def accelerate_checks(rc: RunConfig, world: int, gpu_bf16: bool | None) -> list[
                            f"to `{mixed}` when `{other}` is set in the DeepSpeed config file.\" (accelerate "
                            "DeepSpeedPlugin.set_mixed_precision)",
                            f"Set \"{other}\": {{\"enabled\": \"auto\"}} and \"{mixed}\": {{\"enabled\": \"auto\"}} in the "
-                           "JSON (the Trainer takes the YAML's precision), or change the YAML."))
+                           "JSON (the Trainer takes the YAML's precision), or change the YAML.", "fail",
+                           _to_auto([f"{other}.enabled", f"{mixed}.enabled"]), [f"{other}.enabled", f"{mixed}.enabled"],
+                           safe=True))
     return out
 
 

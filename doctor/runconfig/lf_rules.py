@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from difflib import get_close_matches
 from pathlib import Path
 
-import yaml
-
+from ..errors import InputError
 from . import RunConfig, codes
 from .ds_rules import Problem
+from .reading import YAML_EXPECT, is_number_text, parse_json, path_is_file, read_text
 
 SRC = "llamafactory/hparams/parser.py"
 STAGES = ("pt", "sft", "rm", "ppo", "dpo", "kto")
@@ -88,35 +88,11 @@ class LfRun:
 
 # -- the YAML as LLaMA-Factory reads it ------------------------------------------------------------
 
-class _OmegaConfLikeLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with OmegaConf's scalar rules (omegaconf/_yaml.py: get_yaml_loader), which
-    llamafactory-cli uses (hparams/parser.py: read_args): `1e-4` is a float there, a string in plain
-    PyYAML; timestamps stay strings."""
-
-
-_OmegaConfLikeLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?[0-9]+(?:_[0-9]+)*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
-        |\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
-        |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\.[0-9_]*
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
-_OmegaConfLikeLoader.yaml_implicit_resolvers = {
-    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
-    for k, v in _OmegaConfLikeLoader.yaml_implicit_resolvers.items()}
-
-
 def llamafactory_args(rc: RunConfig) -> dict:
-    """The YAML's keys and values as llamafactory-cli train passes them to HfArgumentParser.parse_dict."""
-    if not rc.yaml_path:
-        return dict(rc.yaml)
-    try:
-        data = yaml.load(Path(rc.yaml_path).read_text(encoding="utf-8", errors="replace"), Loader=_OmegaConfLikeLoader)
-    except (OSError, yaml.YAMLError):
-        return dict(rc.yaml)
-    return data if isinstance(data, dict) else dict(rc.yaml)
+    """The YAML's keys and values as llamafactory-cli train passes them to HfArgumentParser.parse_dict:
+    rc.yaml as the reader built it (bounded in size and nesting, with OmegaConf's scalar rules, as
+    hparams/parser.py read_args loads it); the file is never read a second time."""
+    return dict(rc.yaml)
 
 
 # -- the parser: keys and types --------------------------------------------------------------------
@@ -144,35 +120,52 @@ def unknown_keys(run: LfRun, env: Env) -> list[Problem]:
 FIRST_USE = {
     "learning_rate": "at the first step: \"TypeError: '<=' not supported between instances of 'float' and 'str'\" "
                      "(torch/optim/adam.py, AdamW's learning-rate check)",
+    "warmup_steps": "while the arguments are parsed: \"TypeError: '<' not supported between instances of 'str' and "
+                    "'int'\" (transformers/training_args.py TrainingArguments._validate_args)",
     "lora_rank": "when the adapter is made: \"TypeError: '<=' not supported between instances of 'str' and 'int'\" "
                  "(peft/tuners/lora/layer.py update_layer)",
 }
-_NUMBER = re.compile(r"^\s*[-+]?(?:\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)\s*$")
+FLOAT_FOR_INT = {  # where a float in an int argument first breaks (tests/test_runconfig_lf_rules.py runs it)
+    "per_device_train_batch_size": "when the DataLoader is built: \"ValueError: batch_size should be a positive "
+                                   "integer value, but got batch_size=...\" (torch/utils/data/sampler.py BatchSampler)",
+}
 
 
 def _kind(annotation: str) -> str | None:
-    """'number', 'bool' or None for an argument's annotation as written in the source."""
+    """'int', 'number', 'bool' or None for an argument's annotation as written in the source."""
     words = set(re.findall(r"[A-Za-z_]+", annotation))
     if words & {"str", "dict", "Any", "list"}:
         return None
-    if words & {"int", "float"}:
+    if "float" in words:
         return "number"
+    if "int" in words:
+        return "int"
     return "bool" if "bool" in words else None
+
+
+def _kinds(env: Env) -> dict[str, str]:
+    """Each argument's kind: from the examined Python's annotations, else the reader's table of the
+    keys it knows (a quoted number is reported even when LLaMA-Factory could not be read)."""
+    if env.fields is not None:
+        return {k: kind for k, a in env.fields.items() if (kind := _kind(a))}
+    return {k: e.kind for k, e in YAML_EXPECT.items() if e.kind in ("int", "number")}
 
 
 def strings_for_numbers(run: LfRun, env: Env) -> list[Problem]:
     """transformers/hf_argparser.py HfArgumentParser.parse_dict builds the dataclasses with the
     values as given (no type conversion), so a number quoted in the YAML reaches torch or peft as a str: AdamW raises
     "'<=' not supported between instances of 'float' and 'str'" at the first step; a quoted
-    "false" is a true value for a bool argument."""
-    if env.fields is None:
-        return []
-    numbers, bools = [], []
+    "false" is a true value for a bool argument; a float (`1e2` is 100.0 under OmegaConf) stays a
+    float in an int argument, and the DataLoader refuses a float batch size."""
+    kinds = _kinds(env)
+    numbers, bools, floats = [], [], []
     for key, value in run.args.items():
-        kind = _kind(env.fields.get(key, ""))
+        kind = kinds.get(key)
+        if kind == "int" and isinstance(value, float):
+            floats.append(f"{key}: {value!r}")
         if not isinstance(value, str):
             continue
-        if kind == "number" and _NUMBER.match(value):
+        if kind in ("int", "number") and is_number_text(value):
             numbers.append(f"{key}: {value!r}")
         elif kind == "bool" and value.strip().lower() in ("false", "no", "off", "0", "true", "yes", "on", "1"):
             bools.append(f"{key}: {value!r}")
@@ -185,6 +178,15 @@ def strings_for_numbers(run: LfRun, env: Env) -> list[Problem]:
                            f"not convert), and the run fails {where}",
                            "Write the number without quotes (learning_rate: 1.0e-4); LLaMA-Factory reads its YAML "
                            "with OmegaConf, where 1e-4 unquoted is a float."))
+    if floats:
+        first = floats[0].split(":")[0]
+        fails = FLOAT_FOR_INT.get(first)
+        out.append(Problem(codes.LF_STRING_NUMBER,
+                           f"{', '.join(floats)}: a float where the argument is an int (HfArgumentParser.parse_dict "
+                           "does not convert; under OmegaConf `1e2` is the float 100.0)"
+                           + (f", and the run fails {fails}" if fails else ", which code that counts with it may refuse"),
+                           "Write a whole number without a dot or exponent (per_device_train_batch_size: 4, max_steps: 100).",
+                           "fail" if fails else "warn"))
     if bools:
         out.append(Problem(codes.LF_STRING_NUMBER,
                            f"{', '.join(bools)}: a quoted flag is a non-empty string, which Python takes as true "
@@ -370,10 +372,11 @@ def datasets_defined(run: LfRun, env: Env) -> list[Problem]:
                         "due to [Errno 2] No such file or directory\" (data/parser.py get_dataset_list)",
                         "Run from the folder that holds it (a LLaMA-Factory checkout has data/), or give an absolute "
                         "dataset_dir.", "warn")]
-    try:
-        info = json.loads((ddir / "dataset_info.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return [Problem(codes.LF_DATASET, f"{ddir / 'dataset_info.json'} cannot be read: \"Cannot open ... due to {exc}\" "
+    try:  # the reader's bounds (a regular file of at most 16 MB), never an unbounded read
+        where = str(ddir / "dataset_info.json")
+        info = parse_json(read_text(where, "dataset_info.json"), where)
+    except InputError as exc:
+        return [Problem(codes.LF_DATASET, f"{exc}: LLaMA-Factory stops with \"Cannot open ... due to ...\" "
                         "(data/parser.py get_dataset_list)", "Fix the JSON (one object of dataset entries).")]
     out = []
     for key, name in names:
@@ -425,16 +428,21 @@ def _dataset_entry(run: LfRun, ddir: Path, key: str, name: str, entry: dict) -> 
 
 def _first_rows(path: Path) -> tuple[list[dict] | None, bool]:
     """(the first rows of a json/jsonl/csv file, whether that is the whole file); None: not read here."""
+    if not path_is_file(path):  # a FIFO or device in a dataset folder would block or never end
+        return None, False
     try:
         if path.suffix == ".jsonl":
-            rows = []
+            rows, budget = [], JSON_WHOLE_LIMIT  # the bytes read here are bounded, however long a line
             with path.open(encoding="utf-8", errors="replace") as f:
-                for line in f:
+                while budget > 0 and (line := f.readline(budget)):
+                    budget -= len(line)
+                    if not line.endswith("\n") and budget <= 0:
+                        return (rows or None), False  # one line longer than the bound: not read here
                     if line.strip():
                         rows.append(json.loads(line))
                     if len(rows) >= ROWS_READ:
                         return rows, f.read(1) == ""
-            return rows, True
+            return rows, budget > 0
         if path.suffix == ".json" and path.stat().st_size <= JSON_WHOLE_LIMIT:
             data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
             rows = data if isinstance(data, list) else [data]

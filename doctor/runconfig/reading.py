@@ -6,7 +6,12 @@ alias as a shared reference; the blow-up of a billion-laughs bomb happens when s
 it). What is expected where (a mapping, a whole number in range, "auto") is checked as it is
 read, so the rules never meet a list where they ask `.get`. Every refusal is an InputError of one
 line naming the file and the key path: `train.yaml: deepspeed.zero_optimization: expected a
-mapping, got a list`."""
+mapping, got a list`.
+
+What LLaMA-Factory's parser accepts, the reader accepts, and the rules judge: HfArgumentParser's
+parse_dict hands the YAML's values to the dataclasses unconverted, so a quoted number ("4") and a
+float where an int is annotated (`1e2` is 100.0 under OmegaConf) both pass get_train_args and fail
+later; they reach config.llamafactory (MGD918), not an exit 2."""
 
 from __future__ import annotations
 
@@ -284,20 +289,21 @@ class Expect:
     auto: bool = False
     also_mapping: bool = False  # `deepspeed:` in a YAML: a path, or the DeepSpeed config inline
     quoted: bool = False  # a number in quotes passes (lf_rules reports it as LLaMA-Factory sees it)
+    loose: bool = False  # "int" takes a float too (HfArgumentParser does not convert; lf_rules judges it)
 
     def problem(self, value) -> str | None:
         if value is None or (self.auto and value == "auto"):
             return None
-        if isinstance(value, str) and self.kind in ("int", "number") and _NUMERIC.match(value):
+        if isinstance(value, str) and self.kind in ("int", "number") and is_number_text(value):
             return None if self.quoted else (f"expected {self._wanted()}, got a string ({_clip(value)}): write it "
-                                             "without quotes (HfArgumentParser does not convert it)")
+                                             "without quotes")
         if self.also_mapping and isinstance(value, dict):
             return None
         if self.kind == "path" and isinstance(value, str) and (len(value) > 4096 or "\x00" in value):
             return "a path with a NUL byte" if "\x00" in value else f"a path of {len(value):,} characters is too long"
         ok = {"mapping": isinstance(value, dict), "string": isinstance(value, str),
               "path": isinstance(value, str),
-              "int": isinstance(value, int) and not isinstance(value, bool),
+              "int": isinstance(value, (int, float) if self.loose else int) and not isinstance(value, bool),
               "number": isinstance(value, (int, float)) and not isinstance(value, bool)}[self.kind]
         if not ok:
             return f"expected {self._wanted()}, got {describe(value)}"
@@ -319,16 +325,43 @@ class Expect:
 
 _COUNT = dict(lo=1, hi=1 << 31)
 _NUMERIC = re.compile(r"\s*[-+]?(?:\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)\s*$")
-_LOOSE = dict(quoted=True)
-YAML_EXPECT = {  # the LLaMA-Factory keys the run rules read, as TrainingArguments/ModelArguments type them
+
+
+def is_number_text(value: str) -> bool:
+    """A string that reads as a number (what a user meant as one when quoting it)."""
+    return bool(_NUMERIC.match(value))
+
+
+def as_number(value) -> int | float | None:
+    """A value the rules may do arithmetic with: a number, or a quoted number read as one (the
+    estimate follows what the user meant; config.llamafactory reports the quotes); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str) and is_number_text(value):
+        text = value.strip().replace("_", "")
+        try:
+            return int(text)
+        except ValueError:
+            number = float(text)
+            return number if math.isfinite(number) else None
+    return None
+
+
+_LF = dict(quoted=True, loose=True)  # as get_train_args takes it: a quoted number, a float for an int
+# the LLaMA-Factory keys the run rules read, with the annotations of TrainingArguments (transformers 5)
+# and LLaMA-Factory's argument classes (tests/test_runconfig_readers.py reads them from the classes)
+YAML_EXPECT = {
     "model_name_or_path": Expect("path"), "deepspeed": Expect("path", also_mapping=True),
     "stage": Expect("string"), "finetuning_type": Expect("string"), "quantization_method": Expect("string"),
     "flash_attn": Expect("string"), "template": Expect("string"),
-    "per_device_train_batch_size": Expect("int", **_COUNT), "gradient_accumulation_steps": Expect("int", **_COUNT),
-    "cutoff_len": Expect("int", **_COUNT), "lora_rank": Expect("int", **_COUNT),
-    "quantization_bit": Expect("int", lo=1, hi=64, **_LOOSE), "ddp_timeout": Expect("number", lo=0, hi=10 ** 12, **_LOOSE),
-    "max_grad_norm": Expect("number", lo=0, hi=1e12, **_LOOSE), "max_steps": Expect("int", lo=-1, hi=1 << 62, **_LOOSE),
-    "num_train_epochs": Expect("number", lo=0, hi=1e12, **_LOOSE), "warmup_steps": Expect("int", lo=0, hi=1 << 62, **_LOOSE),
+    "per_device_train_batch_size": Expect("int", **_COUNT, **_LF),
+    "gradient_accumulation_steps": Expect("int", **_COUNT, **_LF),
+    "cutoff_len": Expect("int", **_COUNT, **_LF), "lora_rank": Expect("int", **_COUNT, **_LF),
+    "quantization_bit": Expect("int", lo=1, hi=64, **_LF), "ddp_timeout": Expect("int", lo=0, hi=10 ** 12, **_LF),
+    "max_grad_norm": Expect("number", lo=0, hi=1e12, **_LF), "max_steps": Expect("int", lo=-1, hi=1 << 62, **_LF),
+    "num_train_epochs": Expect("number", lo=0, hi=1e12, **_LF), "warmup_steps": Expect("number", lo=0, hi=1 << 62, **_LF),
 }
 DS_EXPECT = {  # the DeepSpeed keys the rules read, as DeepSpeed's config model types them
     "train_batch_size": Expect("number", auto=True, **_COUNT),

@@ -179,8 +179,31 @@ def init_distributed(run: Run) -> None:
 
     if run.on_gpu:
         torch.cuda.set_device(run.w.local_rank)
+    own_extensions_dir(torch, deepspeed)
+    if run.a.get("skip_shm_op"):
+        # DeepSpeed's CPU accelerator JIT-builds its shared-memory all-reduce (deepspeed_shm_comm) in
+        # TorchBackend.__init__ (deepspeed/comm/torch.py build_shm_op), for inference_all_reduce only: a
+        # cold build costs tens of seconds to minutes. The stand-in gloo run of a GPU host never needs it
+        # (the run itself is NCCL on the CUDA accelerator, which has no such op).
+        import importlib
+
+        # by name: `import deepspeed.comm.torch as m` binds torch itself (deepspeed.comm has a `torch` attribute)
+        importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     deepspeed.init_distributed(dist_backend=run.a.get("backend", "gloo"),
                                timeout=timedelta(seconds=float(run.a.get("pg_timeout", 300))))
+
+
+def own_extensions_dir(torch, deepspeed) -> None:
+    """TORCH_EXTENSIONS_DIR (the doctor's cache) per Python, torch, DeepSpeed and accelerator, as
+    deepspeed.ops' worker keeps it: one folder shared by builds with other flags is rebuilt at every
+    switch (torch's JIT compares build.ninja), which the ninja log of a shared folder shows."""
+    base = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not base:
+        return
+    accelerator = os.environ.get("DS_ACCELERATOR") or ("cuda" if torch.cuda.is_available() else "cpu")
+    tag = (f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__.replace('+', '_')}"
+           f"_ds{deepspeed.__version__.replace('+', '_')}_{accelerator}")
+    os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(base, tag)
 
 
 def tokenized_sample(run: Run):
