@@ -409,3 +409,14 @@ def test_a_logged_error_the_rank_went_on_after_is_not_the_root_of_its_later_fail
     r = explain_text(log)
     assert r.root_error.text.startswith("torch.OutOfMemoryError") and r.root_error.rank == 1
     assert r.diagnoses and r.diagnoses[0].code.startswith("MGD7")
+
+
+def test_the_launchers_exit_line_right_after_a_logged_error_does_not_make_it_silent():
+    log = ("[2026-12-01 14:03:22,123] [ERROR] [engine.py:5363:_create_checkpoint_file] Failed saving model checkpoint "
+           "to /out/checkpoint-100 with tag global_step100\n"
+           "[2026-12-01 14:03:22,331] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 40112\n"
+           "[2026-12-01 14:03:22,500] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+           "'--local_rank=1'] exits with return code = 1\n")
+    r = explain_text(log)
+    assert r.root_kind == "logged" and r.root_error.no == 1 and 1 in r.exit_codes
+    assert "MGD113" not in [d.code for d in r.diagnoses]  # 'printed no error of its own': it did

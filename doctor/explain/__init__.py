@@ -119,7 +119,9 @@ def _root_followers(analysis) -> set[tuple[int, int]]:
     root = analysis.root
     if root is None:
         return set()
-    return {(root.line.source, n) for n in range(root.line.no + 1, root.line.no + 8)}
+    # the launcher's exit lines right after a rank's own error only echo it ('exits with return code')
+    echoes = {(e.line.source, e.line.no) for e in analysis.events if e.kind == "exit"} if root.kind != "exit" else set()
+    return {(root.line.source, n) for n in range(root.line.no + 1, root.line.no + 8)} - echoes
 
 
 def _diagnosis(cand: Candidate, versions: dict[str, str]) -> Diagnosis:
