@@ -65,6 +65,9 @@ class Entry:
     triggers: list[str] = field(default_factory=list)
     priority: float = 0.0
     standalone: bool = False  # a match is a failure even when no error line was printed (hangs, silent CPU runs)
+    # an exclude counts only on a line after the entry's last signature line (a later line undoes
+    # the failure; an earlier one belongs to what came before it, e.g. an op loaded before another hangs)
+    excludes_only_after: bool = False
     examples_match: list[str] = field(default_factory=list)
     examples_no_match: list[str] = field(default_factory=list)
     path: str = ""
@@ -170,6 +173,9 @@ def parse_entry(data, path: str) -> Entry:
     standalone = match.get("standalone", False)
     if not isinstance(standalone, bool):
         raise CatalogError(path, "match.standalone", "must be true or false")
+    excludes_only_after = match.get("excludes_only_after", False)
+    if not isinstance(excludes_only_after, bool):
+        raise CatalogError(path, "match.excludes_only_after", "must be true or false")
     fixes = []
     for i, item in enumerate(_need(data, "fixes", list, path)):
         if isinstance(item, str):
@@ -202,6 +208,6 @@ def parse_entry(data, path: str) -> Entry:
         context=_patterns(match.get("context"), path, "match.context"),
         excludes=_patterns(match.get("excludes"), path, "match.excludes"),
         triggers=list(triggers), priority=float(priority), standalone=standalone,
-        examples_match=ex_match, examples_no_match=ex_no, path=path,
+        excludes_only_after=excludes_only_after, examples_match=ex_match, examples_no_match=ex_no, path=path,
         affects=_affects(data.get("affects"), path),
     )

@@ -240,10 +240,8 @@ class Matcher:
         out = []
         for ei, matched in by_entry.items():
             entry = self.entries[ei]
-            if any(s.role == "exclude" for s, _ in matched):
-                continue
             sigs = [(s, h) for s, h in matched if s.role == "signature"]
-            if not sigs:
+            if not sigs or _excluded(entry, matched, sigs):
                 continue
             groups = {s.group for s, _ in matched if s.role == "require"}
             if len(groups) < len(entry.requires):
@@ -286,3 +284,18 @@ def _evidence(sigs, matched, at_root_line) -> list[LogLine]:
     for role in ("require", "context"):
         take(sorted((h.first[0] for s, h in matched if s.role == role), key=lambda ln: (ln.source, ln.no)))
     return ordered[:8]
+
+
+def _excluded(entry, matched: list, sigs: list) -> bool:
+    """An exclude hit rules the entry out; with excludes_only_after, only one after the last
+    signature line of the same log (its lines are in order)."""
+    excludes = [h for s, h in matched if s.role == "exclude"]
+    if not excludes:
+        return False
+    if not entry.excludes_only_after:
+        return True
+    last = {}
+    for _, h in sigs:
+        for ln in h.lines():
+            last[ln.source] = max(last.get(ln.source, -1), ln.no)
+    return any(ln.no > last.get(ln.source, -1) for h in excludes for ln in h.lines())
