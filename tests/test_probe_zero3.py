@@ -334,5 +334,5 @@ print(json.dumps({{"init_s": time.perf_counter() - t0, "ext": os.environ["TORCH_
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 2 and all(r["init_s"] < 20 for r in rows), rows
-    assert all(os.path.basename(r["ext"]).endswith("_cpu") and "_torch" in r["ext"] for r in rows)
+    assert all("_cpu_" in os.path.basename(r["ext"]) and "_torch" in r["ext"] for r in rows)
     assert not any((tmp_path / "ext").rglob("deepspeed_shm_comm*"))
