@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from mgft_doctor.check.context import Context, Options
+from mgft_doctor.check.facts import Facts
 from mgft_doctor.check.probe import Status
 from mgft_doctor.probes import _codes, config_zero3_guards, zero3_model
 from mgft_doctor.check.runner import run_probe as run_checked  # applies(), run(), the stamped result
@@ -280,3 +281,58 @@ def test_guards_probe_on_llamafactory_examples(tmp_path):
 def teardown_module(module):
     if TIMINGS:
         print("\nzero3.model wall times:", json.dumps(TIMINGS))
+
+
+def test_the_stand_in_gloo_run_of_a_gpu_host_skips_deepspeeds_shm_op(monkeypatch):
+    """On a GPU host the gloo run gets skip_shm_op (its init_distributed would JIT-build DeepSpeed's
+    CPU shm all-reduce, which the NCCL run never uses); on a machine without GPUs it keeps it."""
+    seen = []
+
+    def fake_launch(script, **kw):
+        seen.append((kw["args"], kw["env"]))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(zero3_model, "launch", fake_launch)
+    for devices, want in ((1, True), (0, False)):
+        ctx = Context(Options())
+        ctx.__dict__["facts"] = Facts({"device_count": devices, "nccl_available": True, "devices": []})
+        with pytest.raises(RuntimeError):
+            zero3_model._run_once(ctx, "gloo", 2, {"model_type": "llama"}, {"moe_check": False}, {}, "m", [], [])
+        args, env = seen[-1]
+        assert args["skip_shm_op"] is want and env["DS_ACCELERATOR"] == "cpu"
+
+
+@pytest.mark.slow
+def test_init_distributed_with_skip_shm_op_builds_nothing(tmp_path):
+    """The worker's init_distributed on two gloo ranks (DS_ACCELERATOR=cpu) with skip_shm_op and an
+    empty extensions folder: DeepSpeed's init returns in well under the seconds a build takes, and
+    nothing is built; the folder is the one tagged for this Python/torch/DeepSpeed/accelerator."""
+    import os
+    import sys
+
+    from mgft_doctor.launch import workers_dir
+
+    script = tmp_path / "init.py"
+    script.write_text(f"""
+import os, sys, time, json
+sys.path.insert(0, {str(workers_dir())!r})
+import zero3_model as z
+class W: local_rank = int(os.environ["LOCAL_RANK"])
+class R: a = {{"skip_shm_op": True, "backend": "gloo", "pg_timeout": 60}}; on_gpu = False; w = W()
+t0 = time.perf_counter()
+z.init_distributed(R())
+import torch.distributed as dist
+dist.barrier()
+print(json.dumps({{"init_s": time.perf_counter() - t0, "ext": os.environ["TORCH_EXTENSIONS_DIR"]}}), flush=True)
+""")
+    from mgft_doctor.launch.processes import free_port
+
+    env = dict(os.environ, DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="", TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+                          "127.0.0.1", "--master_port", str(free_port()), str(script)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 2 and all(r["init_s"] < 20 for r in rows), rows
+    assert all("_cpu_" in os.path.basename(r["ext"]) and "_torch" in r["ext"] for r in rows)
+    assert not any((tmp_path / "ext").rglob("deepspeed_shm_comm*"))

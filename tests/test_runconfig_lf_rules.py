@@ -362,3 +362,31 @@ def test_the_readers_number_kinds_are_the_arguments_annotations(env):
     numeric = {k: e.kind for k, e in YAML_EXPECT.items() if e.kind in ("int", "number")}
     assert numeric and {k: lf_rules._kind(env.fields[k]) for k in numeric} == numeric
     assert all(YAML_EXPECT[k].quoted and YAML_EXPECT[k].loose for k in numeric)  # get_train_args converts none
+
+
+def test_dataset_files_are_read_within_the_readers_bounds(tmp_path):
+    """dataset_info.json through the reader (a regular file, at most 16 MB); a FIFO among a dataset
+    folder's files and a jsonl line longer than the bound are not read: the rules finish at once."""
+    import threading
+
+    data = tmp_path / "data"
+    (data / "rows").mkdir(parents=True)
+    os.mkfifo(data / "rows" / "a.json")
+    (data / "long.jsonl").write_text('{"instruction": "' + "x" * (lf_rules.JSON_WHOLE_LIMIT + 10) + '"}\n')
+    (data / "dataset_info.json").write_text(json.dumps({"fifo": {"file_name": "rows"}, "long": {"file_name": "long.jsonl"}}))
+    (tmp_path / "t.yaml").write_text("stage: sft\ndataset: fifo,long\ndataset_dir: data\n")
+    rc = load_run_config(str(tmp_path / "t.yaml"))
+    found: list = []
+    t = threading.Thread(target=lambda: found.append(lf_rules.datasets_defined(
+        lf_rules.LfRun(rc, lf_rules.llamafactory_args(rc)), lf_rules.Env(cwd=str(tmp_path)))), daemon=True)
+    t.start()
+    t.join(20)
+    assert found, "the rules blocked on a FIFO or read without a bound"
+    assert found[0] == []  # neither is read, so neither is judged (their columns are LLaMA-Factory's to find)
+    (data / "dataset_info.json").unlink()
+    os.mkfifo(data / "dataset_info.json")  # not a regular file: not found there, as LLaMA-Factory's open would block
+    t = threading.Thread(target=lambda: found.append(lf_rules.datasets_defined(
+        lf_rules.LfRun(rc, lf_rules.llamafactory_args(rc)), lf_rules.Env(cwd=str(tmp_path)))), daemon=True)
+    t.start()
+    t.join(20)
+    assert len(found) == 2 and found[1] and found[1][0].code == codes.LF_DATASET

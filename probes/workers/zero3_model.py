@@ -193,6 +193,16 @@ def init_distributed(run: Run) -> None:
                                timeout=timedelta(seconds=float(run.a.get("pg_timeout", 300))))
 
 
+def install_tag(torch, deepspeed) -> str:
+    """Where torch and DeepSpeed are installed, in 8 hex digits: two environments of the same
+    versions at other paths (a CI venv beside the user's) compile with other include paths, and in
+    one folder each rebuild would invalidate the other's (ninja sees the sources as changed)."""
+    import hashlib
+
+    where = os.path.dirname(os.path.abspath(torch.__file__)) + "|" + os.path.dirname(os.path.abspath(deepspeed.__file__))
+    return hashlib.sha1(where.encode()).hexdigest()[:8]
+
+
 def own_extensions_dir(torch, deepspeed) -> None:
     """TORCH_EXTENSIONS_DIR (the doctor's cache) per Python, torch, DeepSpeed and accelerator, as
     deepspeed.ops' worker keeps it: one folder shared by builds with other flags is rebuilt at every
@@ -202,7 +212,7 @@ def own_extensions_dir(torch, deepspeed) -> None:
         return
     accelerator = os.environ.get("DS_ACCELERATOR") or ("cuda" if torch.cuda.is_available() else "cpu")
     tag = (f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__.replace('+', '_')}"
-           f"_ds{deepspeed.__version__.replace('+', '_')}_{accelerator}")
+           f"_ds{deepspeed.__version__.replace('+', '_')}_{accelerator}_{install_tag(torch, deepspeed)}")
     os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(base, tag)
 
 
