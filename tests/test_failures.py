@@ -420,3 +420,32 @@ def test_the_launchers_exit_line_right_after_a_logged_error_does_not_make_it_sil
     r = explain_text(log)
     assert r.root_kind == "logged" and r.root_error.no == 1 and 1 in r.exit_codes
     assert "MGD113" not in [d.code for d in r.diagnoses]  # 'printed no error of its own': it did
+
+
+# torch >= 2.3: the heartbeat monitor takes the process down when the watchdog thread itself is
+# stuck (ProcessGroupNCCL.cpp's wording); with no other error it is the failure, not torchrun's -6
+HEARTBEAT_ONLY = (
+    "[rank0]:[E1201 10:40:01.123456 150 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1463] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+    "Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=1\n"
+    "[rank0]:[F1201 10:50:01.223456 150 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1668] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+    "Terminating the process after attempting to dump debug info, due to ProcessGroupNCCL watchdog hang.\n"
+    "W1201 10:50:05.000000 140 torch/distributed/elastic/multiprocessing/api.py:908] Sending process 151 closing signal SIGTERM\n"
+    "E1201 10:50:06.000000 140 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: -6) local_rank: 0 (pid: 150) of binary: /usr/bin/python3\n"
+)
+
+
+@pytest.mark.parametrize("first", [HEARTBEAT_ONLY.splitlines(True)[0],
+                                   "[rank0]:[E1201 10:40:01.123456 150 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+                                   "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued collectives.\n"])
+def test_a_heartbeat_monitor_abort_alone_is_the_root_and_a_watchdog_hang(first):
+    r = explain_text(first + "".join(HEARTBEAT_ONLY.splitlines(True)[1:]))
+    assert r.failure and r.root_error.no == 1 and r.root_error.rank == 0
+    assert r.diagnoses and r.diagnoses[0].code == "MGD301"
+
+
+def test_a_heartbeat_abort_after_a_watchdog_timeout_leaves_the_timeout_the_root():
+    timeout = ("[rank1]:[E1201 10:30:00.000000 151 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: "
+               "WorkNCCL(SeqNum=412, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600005 milliseconds before timing out.\n")
+    r = explain_text(timeout + HEARTBEAT_ONLY)
+    assert r.root_error.no == 1 and "Watchdog caught collective operation timeout" in r.root_error.text
+    assert r.diagnoses and r.diagnoses[0].code == "MGD301"

@@ -40,7 +40,7 @@ _NONZERO_EXIT = guard(r"(?:returned non-zero exit status|exit status|exited with
 PRIMARY_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("signal", re.compile(r"^(?:Killed|Segmentation fault|Bus error|Aborted|Illegal instruction|Floating point exception)(?: \(core dumped\))?\b|\bSegmentation fault \(core dumped\)|: line \d+: +\d+ (?:Killed|Segmentation fault|Bus error|Aborted)")),
     ("signal", re.compile(r"^Fatal Python error:|^terminate called (?:after throwing|without an active exception)")),
-    ("nccl", re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b|ProcessGroupNCCL.*(?:timed out|Timeout)|DistBackendError|socketStartConnect|Connection reset by peer|ncclCommInitRank failed")),
+    ("nccl", re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b|ProcessGroupNCCL.*(?:timed out|Timeout)|watchdog got stuck for \d+|DistBackendError|socketStartConnect|Connection reset by peer|ncclCommInitRank failed")),
     ("cuda", re.compile(r"CUDA out of memory|CUDA error: |CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cudaError\w+|device-side assert triggered|no CUDA GPUs are available|invalid device ordinal")),
     ("compiler", re.compile(r"^(?:\S+:\d+(?::\d+)?: )?(?:fatal )?error: |^FAILED: |^ERROR: No supported gcc|^ninja: build stopped|^collect2: error|^/usr/bin/ld: cannot find|error: command '.*' failed|nvcc fatal|^\S+: \d+: \S+: not found$|^/bin/(?:ba)?sh: .*not found")),
     ("cli", re.compile(r"^\S+: error: (?:the following arguments are required|unrecognized arguments|argument )|command not found$|^usage: .*\n?.*error:")),
@@ -65,6 +65,9 @@ PEER_LOST = re.compile(
     r"Failed to recv, got 0 bytes|recvValue failed|Broken pipe|NCCL communicator was aborted|"
     r"ProcessGroupNCCL\b.*\babort|terminate called after throwing an instance of 'c10::DistBackendError'"
 )
+# the heartbeat monitor taking a process down because its watchdog thread is stuck (torch >= 2.3):
+# the failure only when the log holds no other error (it follows a timeout or a peer's crash)
+_HEARTBEAT_ABORT = re.compile(r"Heartbeat monitor timed out|watchdog got stuck for \d+")
 # a process taking itself down after the watchdog fired ('Fatal Python error: Aborted')
 _ABORT_AFTER = re.compile(r"Fatal Python error: Aborted|^Aborted\b")
 
@@ -160,8 +163,7 @@ UNRAISABLE_WINDOW = 30
 SECONDARY_LINES = guard(re.compile(
     r"closing signal SIGTERM|closing signal SIGINT|Killing subprocess|sigkill_handler|"
     r"Some NCCL operations have failed or timed out|To avoid data inconsistency|"
-    r"NCCL watchdog thread terminated|Received \d+ death signal|Received Signals\.|ChildFailedError|"
-    r"Heartbeat monitor timed out"
+    r"NCCL watchdog thread terminated|Received \d+ death signal|Received Signals\.|ChildFailedError"
 ))  # guard: a substring test first, most lines need no regex
 
 
@@ -351,6 +353,8 @@ class FailureReader:
             if tb.frames:  # a traceback cut off at the end of the log
                 self.tracebacks.append(tb)
         primaries = [e for e in self.events if e.primary]
+        if any(not _HEARTBEAT_ABORT.search(e.line.text) for e in primaries):
+            primaries = [e for e in primaries if not _HEARTBEAT_ABORT.search(e.line.text)]
         root = None
         consequences: list[FailureEvent] = []
         logged = self._logged_in_play(primaries)
