@@ -44,4 +44,5 @@ HOST_OOM_OFFLOAD = "MGD707"  # CPU offload needs more host RAM than there is
 VERSION_OUTSIDE_PIN = "MGD901"  # outside LLaMA-Factory's required range, or outside another package's Requires-Dist
 LF_OPTIMIZER_GUARD = "MGD904"  # GaLore/APOLLO with DeepSpeed, layer-wise GaLore/APOLLO or ratio BAdam distributed
 LF_ZERO3_GUARD = "MGD905"  # predict_with_generate / pure_bf16 / pissa_init / use_kt under ZeRO-3
-TORCH_MISSING = "MGD908"  # torch missing or broken where the run needs it (also: llamafactory missing, metadata unreadable)
+TORCH_MISSING = "MGD908"  # torch missing or broken where the run needs it (also: package metadata unreadable)
+LF_MISSING = "MGD151"  # a LLaMA-Factory YAML, and no llamafactory in the examined Python

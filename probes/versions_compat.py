@@ -272,7 +272,7 @@ def lf_ranges(d: dict, versions: dict, requires: dict, markers: dict, rc) -> tup
     lf = versions.get("llamafactory")
     if not lf:
         if rc is not None and rc.yaml_path:
-            findings.append(Finding(_codes.TORCH_MISSING, f"llamafactory is not installed in {d.get('executable')}, "
+            findings.append(Finding(_codes.LF_MISSING, f"llamafactory is not installed in {d.get('executable')}, "
                                     f"but {rc.yaml_path} is a LLaMA-Factory config",
                                     f"{d.get('executable')} -m pip install llamafactory (or point --python at the training environment)."))
         else:

@@ -162,7 +162,7 @@ def test_a_bare_pythons_payload(tmp_path):
     assert v.status is Status.PASS and "llamafactory is not installed: its ranges are not checked" in v.details
     (tmp_path / "train.yaml").write_text("model_name_or_path: x\nstage: sft\n")
     found, _ = vc.lf_ranges(d, versions_of(d), {}, d["markers"], load_run_config(str(tmp_path / "train.yaml")))
-    assert [f.code for f in found] == [_codes.TORCH_MISSING] and "llamafactory is not installed" in found[0].message
+    assert [f.code for f in found] == [_codes.LF_MISSING] and "llamafactory is not installed" in found[0].message
 
 
 # Real runs -----------------------------------------------------------------------------------
