@@ -180,8 +180,11 @@ class _Scanner:
             line = block[start:stop]
             found = known(line)
             if found is None:
-                follow = self._take(line, line_at, out, need_trigger=True)
-            else:  # a line seen before: the common case, kept short
+                if b"\r" in line:
+                    follow = self._take(line, line_at, out, need_trigger=True)
+                else:  # a new line with no redraw: _take and _emit inlined (distinct lines are many)
+                    found = self._prepare(line)
+            if found is not None:  # a line seen before (the common case, kept short), or just prepared
                 pieces, follow, self.tag, self.box = found
                 for rank, text in pieces:
                     append(LogLine(line_at, text, rank, source))
