@@ -46,7 +46,7 @@ _FRAME_LINE = re.compile(rb'^(?:\[\w+\]:)*\s+File "')
 _GLOG_HEADS = tuple(lead + sev + month for lead in (b"\n", b"\n[", b"]:", b"]: ", b"]:[")
                     for sev in (b"E", b"F") for month in (b"0", b"1"))
 _GLOG_AT = re.compile(rb"[EF][01]\d[0-3]\d \d\d:\d\d:\d\d")
-_GLOG_FIRST = re.compile(rb"(?:\[\w+\]: ?)*\[?[EF][01]\d[0-3]\d \d\d:\d\d:\d\d")  # at a block's start
+_GLOG_FIRST = re.compile(rb"(?:\[\w+\]: ?){0,4}\[?[EF][01]\d[0-3]\d \d\d:\d\d:\d\d")  # at a block's start (tags bounded: a line may hold 10^6)
 
 
 class Triggers:
@@ -65,7 +65,7 @@ class Triggers:
         except ImportError:
             self._ac = None
             self._re = re.compile(b"|".join(re.escape(w) for w in encoded))
-            self._glog = re.compile(rb"(?m)^(?:\[\w+\]: ?)*\[?(?=[EF][01]\d[0-3]\d \d\d:\d\d:\d\d)")
+            self._glog = re.compile(rb"(?m)^(?:\[\w+\]: ?){0,4}\[?(?=[EF][01]\d[0-3]\d \d\d:\d\d:\d\d)")
         else:
             self._ac = ahocorasick_rs.BytesAhoCorasick([*encoded, *_GLOG_HEADS],
                                                        implementation=ahocorasick_rs.Implementation.DFA)
