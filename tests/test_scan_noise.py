@@ -63,3 +63,19 @@ def test_glog_error_lines_without_trigger_words_are_read(automaton):
     triggers = Triggers(_triggers(load_catalog()).words, automaton=automaton)  # or the `re` fallback
     assert _salient(GLOG_LOG, triggers) == [(2, None), (3, 1), (4, None)]
     assert _salient(GLOG_LOG.split("\n", 1)[1], triggers) == [(1, None), (2, 1), (3, None)]
+
+
+def test_a_glog_head_behind_a_million_rank_tags_costs_no_memory():
+    """A block may start with a line of 10^6 rank tags (the bench's longlines shape): the glog
+    head test at its start must not keep a backtracking mark per tag."""
+    import tracemalloc
+
+    triggers = _triggers(load_catalog())
+    block = b"[rank3]:" * 1_000_000 + b"E1201 14:03:22.123456 12345 socket.cpp:540] lost\n"
+    tracemalloc.start()
+    try:
+        triggers.starts(block)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4_000_000, peak
