@@ -287,6 +287,22 @@ def test_a_typical_report_fits_40_lines_at_80_columns():
     assert sum(c <= 40 for c in counts) >= 0.8 * len(counts), counts
 
 
+
+def test_every_lab_report_fits_40_lines_at_80_columns():
+    """The reports of the logs that real runs recorded (tests/lab/<id>/{cpu,gpu}.log) on a terminal."""
+    from pathlib import Path
+
+    from mgft_doctor.explain import explain_paths
+    logs = sorted(Path(__file__).parent.joinpath("lab").glob("*/*.log"))
+    assert len(logs) >= 80
+    too_long = {}
+    for log in logs:
+        report = explain_paths([str(log)])
+        n = rendered(report, terminal=True).count("\n")
+        if n > 40:
+            too_long[f"{log.parent.name}/{log.name}"] = (n, report.diagnoses[0].code if report.diagnoses else None)
+    assert not too_long, too_long
+
 def test_the_top_diagnosis_in_full_the_others_one_line_each():
     entries = load_catalog()
     report = next(r for r in (explain_text(ex, entries) for e in entries for ex in e.examples_match)

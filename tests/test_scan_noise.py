@@ -4,9 +4,11 @@ fast on a 1 GB log), and must never make a healthy log a failure."""
 
 import random
 
+import pytest
+
 from mgft_doctor.catalog import load_catalog
 from mgft_doctor.explain import _triggers, explain_text
-from mgft_doctor.explain.scan import scan
+from mgft_doctor.explain.scan import Triggers, scan
 from mgft_doctor.explain import LogSource
 import io
 
@@ -38,3 +40,42 @@ def test_noise_lines_stay_unread_and_healthy():
         "; ".join(sorted({ln.text[:60] for ln in salient})[:5])
     report = explain_text(text, entries)
     assert not report.failure and report.diagnoses == []
+
+
+GLOG_LOG = """step 1 loss 0.3
+E1201 14:03:22.123456 12345 socket.cpp:540] [c10d] The server socket on [::]:29500 is busy
+[rank1]:E1201 14:03:23.123456 12346 TCPStore.cpp:312] [c10d] Connection to store lost
+[E1201 14:03:24.123456789 socket.cpp:700] [c10d] connect to node-2 lost
+I1201 14:03:22.123456 12345 socket.cpp:540] [c10d] an info line
+E1X01 no glog line, and neither is this one: E1201 14:03:22.123456 in the middle
+"""
+
+
+def _salient(text, triggers):
+    source = LogSource("<glog>", io.BufferedReader(io.BytesIO(text.encode())), "utf-8")
+    return [(ln.no, ln.rank) for ln in scan(source, triggers)]
+
+
+@pytest.mark.parametrize("automaton", [True, False])
+def test_glog_error_lines_without_trigger_words_are_read(automaton):
+    """c10d's E/F glog lines hold no trigger word; their head alone makes them salient (at a line
+    start, behind a rank tag, bracketed, and first in a block), the I line and a mid-line one not."""
+    triggers = Triggers(_triggers(load_catalog()).words, automaton=automaton)  # or the `re` fallback
+    assert _salient(GLOG_LOG, triggers) == [(2, None), (3, 1), (4, None)]
+    assert _salient(GLOG_LOG.split("\n", 1)[1], triggers) == [(1, None), (2, 1), (3, None)]
+
+
+def test_a_glog_head_behind_a_million_rank_tags_costs_no_memory():
+    """A block may start with a line of 10^6 rank tags (the bench's longlines shape): the glog
+    head test at its start must not keep a backtracking mark per tag."""
+    import tracemalloc
+
+    triggers = _triggers(load_catalog())
+    block = b"[rank3]:" * 1_000_000 + b"E1201 14:03:22.123456 12345 socket.cpp:540] lost\n"
+    tracemalloc.start()
+    try:
+        triggers.starts(block)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4_000_000, peak

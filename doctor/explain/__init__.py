@@ -6,6 +6,7 @@ also peeks at the byte blocks) -> a report (report) -> render."""
 
 from __future__ import annotations
 
+import gc
 import io
 from dataclasses import dataclass
 
@@ -41,9 +42,24 @@ class _Read:
     stats: dict
 
 
+GC_THRESHOLD = 100_000  # allocations between young collections while reading (Python's default: 700)
+
+
 def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
-    """One streaming pass: every salient line goes to the failure reader, the matcher, the
-    version finder and the phase tracker (which also peeks at the blocks)."""
+    """One streaming pass (see _read_lines), with the cyclic collector run less often: the pass
+    makes many small objects and almost no cycles, and at Python's default threshold collecting
+    them cost 12-15% of the pass on trigger-dense logs (timed with gc.callbacks)."""
+    threshold = gc.get_threshold()
+    gc.set_threshold(max(threshold[0], GC_THRESHOLD), *threshold[1:])
+    try:
+        return _read_lines(sources, entries)
+    finally:
+        gc.set_threshold(*threshold)
+
+
+def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
+    """Every salient line goes to the failure reader, the matcher, the version finder and the
+    phase tracker (which also peeks at the blocks)."""
     triggers = _triggers(entries)
     matcher = Matcher(entries)
     reader = FailureReader()

@@ -39,28 +39,53 @@ _EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*[A-Za-z_][\w.]*(?:Error|Exception|Int
 _FRAME_LINE = re.compile(rb'^(?:\[\w+\]:)*\s+File "')
 
 
+# A glog line of c10d/NCCL at error or fatal severity ('E1201 14:03:22.123456 12345 socket.cpp:540]
+# ...', perhaps behind rank tags) is salient even with no trigger word in it. The automaton looks
+# for these heads (a line start, or the end of a rank tag, then E/F and a month digit); the hit is
+# then confirmed by _GLOG_AT at the E/F.
+_GLOG_HEADS = tuple(lead + sev + month for lead in (b"\n", b"\n[", b"]:", b"]: ", b"]:[")
+                    for sev in (b"E", b"F") for month in (b"0", b"1"))
+_GLOG_AT = re.compile(rb"[EF][01]\d[0-3]\d \d\d:\d\d:\d\d")
+_GLOG_FIRST = re.compile(rb"(?:\[\w+\]: ?){0,4}\[?[EF][01]\d[0-3]\d \d\d:\d\d:\d\d")  # at a block's start (tags bounded: a line may hold 10^6)
+
+
 class Triggers:
     """Finds trigger words in a byte block. Aho-Corasick (ahocorasick_rs, its DFA: ~400 MB/s on
     a trigger-dense log) when it is installed; otherwise one `re` alternation (~20 MB/s: correct,
-    only slower)."""
+    only slower). The glog heads above ride along in the same pass."""
 
-    def __init__(self, words: Iterable[str]):
+    def __init__(self, words: Iterable[str], automaton: bool = True):
         self.words = sorted({w for w in words if w}, key=len, reverse=True)
         encoded = [w.encode("utf-8") for w in self.words]
+        self._n = len(encoded)
         try:
+            if not automaton:
+                raise ImportError("the re fallback, asked for")
             import ahocorasick_rs
         except ImportError:
             self._ac = None
             self._re = re.compile(b"|".join(re.escape(w) for w in encoded))
+            self._glog = re.compile(rb"(?m)^(?:\[\w+\]: ?){0,4}\[?(?=[EF][01]\d[0-3]\d \d\d:\d\d:\d\d)")
         else:
-            self._ac = ahocorasick_rs.BytesAhoCorasick(encoded, implementation=ahocorasick_rs.Implementation.DFA)
+            self._ac = ahocorasick_rs.BytesAhoCorasick([*encoded, *_GLOG_HEADS],
+                                                       implementation=ahocorasick_rs.Implementation.DFA)
             self._re = None
 
     def starts(self, block: bytes) -> list[int]:
-        """Start offsets of trigger words in block, ascending."""
-        if self._ac is not None:
-            return [start for _, start, _ in self._ac.find_matches_as_indexes(block)]
-        return [m.start() for m in self._re.finditer(block)]
+        """Start offsets of trigger words (and confirmed glog heads) in block, ascending."""
+        if self._ac is None:
+            found = {m.start() for m in self._re.finditer(block)} | {m.end() for m in self._glog.finditer(block)}
+            return sorted(found)
+        n = self._n
+        matches = self._ac.find_matches_as_indexes(block)
+        out = [start for index, start, _ in matches if index < n]
+        if len(out) < len(matches):  # a glog head: keep the confirmed ones, at their E/F
+            glog = _GLOG_AT.match
+            out = [start if index < n else end - 2 for index, start, end in matches
+                   if index < n or glog(block, end - 2)]
+        if block[:1] in b"[EF" and (not out or out[0] > 0) and _GLOG_FIRST.match(block):
+            out.insert(0, 0)  # a glog line first in the block: no line start before it
+        return out
 
 
 def compile_triggers(extra: Iterable[str] = ()) -> Triggers:
@@ -155,8 +180,11 @@ class _Scanner:
             line = block[start:stop]
             found = known(line)
             if found is None:
-                follow = self._take(line, line_at, out, need_trigger=True)
-            else:  # a line seen before: the common case, kept short
+                if b"\r" in line:
+                    follow = self._take(line, line_at, out, need_trigger=True)
+                else:  # a new line with no redraw: _take and _emit inlined (distinct lines are many)
+                    found = self._prepare(line)
+            if found is not None:  # a line seen before (the common case, kept short), or just prepared
                 pieces, follow, self.tag, self.box = found
                 for rank, text in pieces:
                     append(LogLine(line_at, text, rank, source))
