@@ -449,3 +449,43 @@ def test_a_heartbeat_abort_after_a_watchdog_timeout_leaves_the_timeout_the_root(
     r = explain_text(timeout + HEARTBEAT_ONLY)
     assert r.root_error.no == 1 and "Watchdog caught collective operation timeout" in r.root_error.text
     assert r.diagnoses and r.diagnoses[0].code == "MGD301"
+
+
+# Python's chained tracebacks: the trainer re-raises a bare KeyError with its own explanation
+# (transformers' Trainer._determine_best_metric) below a long traceback; a class that knows only
+# the later wording
+CHAINED = (
+    "Traceback (most recent call last):\n"
+    '  File "/opt/venv/lib/python3.11/site-packages/transformers/trainer.py", line 3124, in _determine_best_metric\n'
+    "    metric_value = metrics[metric_to_check]\n"
+    "KeyError: 'eval_accuracy'\n"
+    "\n"
+    "The above exception was the direct cause of the following exception:\n"
+    "\n"
+    "Traceback (most recent call last):\n"
+    + "".join(f'  File "/opt/venv/lib/python3.11/site-packages/transformers/trainer.py", line {n}, in step_{n}\n'
+              f"    self.step_{n + 1}()\n" for n in range(2100, 2106))
+    + '  File "/opt/venv/lib/python3.11/site-packages/transformers/trainer.py", line 3126, in _determine_best_metric\n'
+    "    raise KeyError(\n"
+    "KeyError: \"The `metric_for_best_model` training argument is set to 'eval_accuracy', which is not found in the "
+    "evaluation metrics. The available evaluation metrics are: ['eval_loss']. Consider changing the "
+    "`metric_for_best_model` via the TrainingArguments.\"\n"
+)
+
+
+def _entry(signature: str):
+    from mgft_doctor.catalog.entry import parse_entry
+
+    return parse_entry({"code": "MGD999", "title": "t", "area": "checkpoint", "match": {"signatures": [signature]},
+                        "explanation": "e", "fixes": ["f"], "references": ["https://example.org"],
+                        "examples": {"match": ["x"], "no_match": ["y"]}}, "<test>")
+
+
+def test_a_chained_exception_is_read_with_its_root():
+    later = _entry("metric_for_best_model. training argument is set to '[^']+', which is not found")
+    r = explain_text(CHAINED, [later])
+    assert r.root_error.text == "KeyError: 'eval_accuracy'"  # the first link stays the root shown
+    assert r.diagnoses and r.diagnoses[0].confidence >= 0.75  # the later link's signature counts as the root's
+    unchained = CHAINED.replace("The above exception was the direct cause of the following exception:", "")
+    r = explain_text(unchained, [later])
+    assert not r.diagnoses or r.diagnoses[0].confidence < 0.75  # two separate errors: the second one is not the root

@@ -68,6 +68,12 @@ PEER_LOST = re.compile(
 # the heartbeat monitor taking a process down because its watchdog thread is stuck (torch >= 2.3):
 # the failure only when the log holds no other error (it follows a timeout or a peer's crash)
 _HEARTBEAT_ABORT = re.compile(r"Heartbeat monitor timed out|watchdog got stuck for \d+")
+# Python's lines between chained tracebacks
+_CHAIN_MARKS = ("The above exception was the direct cause of the following exception",
+                "During handling of the above exception, another exception occurred")
+MAX_CHAIN_MARKS = 10_000
+MAX_CHAIN_LINKS = 4
+CHAIN_GAP_LINES = 400  # from one link's exception line to the next one's
 # a process taking itself down after the watchdog fired ('Fatal Python error: Aborted')
 _ABORT_AFTER = re.compile(r"Fatal Python error: Aborted|^Aborted\b")
 
@@ -224,6 +230,7 @@ class FailureReader:
         self.nccl_warnings: list[LogLine] = []
         self.logged: list[FailureEvent] = CappedList(MAX_EVENTS, MAX_EVENTS_EACH, _event_key)  # error-level log lines
         self._unraisable_until: dict[tuple[int, int | None], int] = {}
+        self._chain_marks: list[tuple[int, int | None, int]] = []  # (source, rank, line): "The above exception ..."
         self._inert = InertLines()  # lines that changed nothing: a warning printed every step is read once
 
     def feed(self, line: LogLine) -> None:
@@ -232,6 +239,9 @@ class FailureReader:
         stripped = text.strip()
         if stripped.startswith("Exception ignored in"):  # UNRAISABLE, without a regex call per line
             self._unraisable_until[key] = line.no + UNRAISABLE_WINDOW
+            return
+        if stripped.startswith(_CHAIN_MARKS) and len(self._chain_marks) < MAX_CHAIN_MARKS:
+            self._chain_marks.append((line.source, line.rank, line.no))
             return
         if stripped.startswith("Traceback (most recent call last)"):
             self._open[key] = Traceback(line.rank, line.no, source=line.source)
@@ -371,6 +381,8 @@ class FailureReader:
         if raised is not None:  # the rank logged its error, then raised it: one error, the traceback's frames
             root = FailureEvent("logged", root.line, True, traceback=raised.traceback)
         lines = _root_lines(root) | _root_lines(raised)
+        for linked in self._chained_after(root):  # the exceptions it caused: one error, read as one
+            lines |= _root_lines(linked)
         return FailureAnalysis(self.events, self.tracebacks, self._failed_rank(root, consequences),
                                self.exit_codes, root, lines, self.failed_rank, consequences)
 
@@ -384,6 +396,27 @@ class FailureReader:
             return []
         first = min(marks, key=lambda e: (e.line.source, e.line.no)).line
         return [e for e in self.logged if e.line.source == first.source and e.line.no >= first.no - LOGGED_WINDOW]
+
+    def _chained_after(self, root: FailureEvent | None) -> list[FailureEvent]:
+        """The exceptions Python printed as chained to the root's ('The above exception was the
+        direct cause of the following exception:', 'During handling of the above exception, ...'):
+        the later link often carries the library's explanation of the first."""
+        if root is None or root.kind != "exception":
+            return []
+        out, last = [], root.line.no
+        marks = [m for m in self._chain_marks if m[0] == root.line.source and m[1] == root.line.rank]
+        for e in self.events:
+            if len(out) >= MAX_CHAIN_LINKS:
+                break
+            if (e.kind != "exception" or e.line.source != root.line.source or e.line.rank != root.line.rank
+                    or e.line.no <= last or e.line.no - last > CHAIN_GAP_LINES):
+                continue
+            start = e.traceback.start if e.traceback is not None else e.line.no
+            if not any(last < m[2] < start for m in marks):
+                break
+            out.append(e)
+            last = e.line.no
+        return out
 
     def _raised_after(self, root: FailureEvent) -> FailureEvent | None:
         """The exception the same rank raised right after logging its error."""
