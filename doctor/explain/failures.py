@@ -363,8 +363,8 @@ class FailureReader:
             if tb.frames:  # a traceback cut off at the end of the log
                 self.tracebacks.append(tb)
         primaries = [e for e in self.events if e.primary]
-        if any(not _HEARTBEAT_ABORT.search(e.line.text) for e in primaries):
-            primaries = [e for e in primaries if not _HEARTBEAT_ABORT.search(e.line.text)]
+        others = [e for e in primaries if not _HEARTBEAT_ABORT.search(e.line.text)]
+        primaries = others or primaries  # a heartbeat abort is the failure only when nothing else is
         root = None
         consequences: list[FailureEvent] = []
         logged = self._logged_in_play(primaries)

@@ -26,7 +26,7 @@ _IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _NOT_HOSTS = (".py", ".cc", ".cpp", ".h", ".so")
 _BOX = "│╭╰┃╮╯─ "  # rich's boxed tracebacks
 # inside rich's box: a frame '/path/file.py:123 in fn', and a source line '  40 │ code' or '❱ 41 │ code'
-RICH_FRAME = _RICH_FRAME = re.compile(r"(?P<file>(?:/|~/|\.{1,2}/|[A-Za-z]:[\\/]|<)\S*?):(?P<line>\d+) in (?P<func>[\w<>.]+)")
+RICH_FRAME = re.compile(r"(?P<file>(?:/|~/|\.{1,2}/|[A-Za-z]:[\\/]|<)\S*?):(?P<line>\d+) in (?P<func>[\w<>.]+)")
 RICH_PATH_PART = re.compile(r"(?:/|~/|\.{1,2}/|[A-Za-z]:[\\/]|<)\S*")  # a frame's path that rich wrapped
 _RICH_SOURCE = re.compile(r"(?:❱ ?)?\d+(?: +│.*)?")
 # an error glued to a progress bar that had no newline: '…155.57 examples/s][E ProcessGroupNCCL.cpp:475] …'
@@ -245,7 +245,7 @@ def _unbox(body: str) -> str:
     inner = body.strip(_BOX)
     if body[:1] != "│" or not inner:
         return inner
-    m = _RICH_FRAME.fullmatch(inner)
+    m = RICH_FRAME.fullmatch(inner)
     if m:
         return f'  File "{m.group("file")}", line {m.group("line")}, in {m.group("func")}'
     if _RICH_SOURCE.fullmatch(inner) or body[1:].lstrip(" ")[:1] in ("│", "╭", "╰"):  # source, or a nested panel (locals)

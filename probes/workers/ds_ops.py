@@ -9,6 +9,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _extensions import extensions_tag  # noqa: E402
 from _protocol import emit, error_fields, phase, script_args  # noqa: E402
 
 BUILDERS = {"cpu_adam": "CPUAdamBuilder", "fused_adam": "FusedAdamBuilder", "async_io": "AsyncIOBuilder"}
@@ -116,21 +117,9 @@ def import_stack(out: dict):
     return torch, deepspeed, accelerator
 
 
-def install_tag(torch, deepspeed) -> str:
-    """Where torch and DeepSpeed are installed, in 8 hex digits: two environments of the same
-    versions at other paths (a CI venv beside the user's) compile with other include paths, and in
-    one folder each rebuild would invalidate the other's (ninja sees the sources as changed)."""
-    import hashlib
-
-    where = os.path.dirname(os.path.abspath(torch.__file__)) + "|" + os.path.dirname(os.path.abspath(deepspeed.__file__))
-    return hashlib.sha1(where.encode()).hexdigest()[:8]
-
-
 def extensions_dir(cache_root: str, torch, deepspeed, accelerator: str, out: dict) -> str:
     """The doctor's own TORCH_EXTENSIONS_DIR for this Python, torch, DeepSpeed and accelerator."""
-    tag = (f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__.replace('+', '_')}"
-           f"_ds{deepspeed.__version__.replace('+', '_')}_{accelerator}_{install_tag(torch, deepspeed)}")
-    ext_dir = os.path.join(cache_root, tag)
+    ext_dir = os.path.join(cache_root, extensions_tag(torch, deepspeed, accelerator))
     os.makedirs(ext_dir, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
     out.update(accelerator=accelerator, torch=torch.__version__, torch_cuda=torch.version.cuda,

@@ -27,6 +27,7 @@ WORKERS_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, WORKERS_DIR)
 from _protocol import Worker, error_fields, leave
 from _ds_config import fill_ds_config
+from _extensions import extensions_tag
 from _moe import (DEEPSPEED_DEFAULT_LEAF, force_routing, fused_experts, is_moe, llamafactory_leaf_classes, moe_blocks,
                   num_experts)
 from _shrink import shrink_config, shrunk_hidden
@@ -193,16 +194,6 @@ def init_distributed(run: Run) -> None:
                                timeout=timedelta(seconds=float(run.a.get("pg_timeout", 300))))
 
 
-def install_tag(torch, deepspeed) -> str:
-    """Where torch and DeepSpeed are installed, in 8 hex digits: two environments of the same
-    versions at other paths (a CI venv beside the user's) compile with other include paths, and in
-    one folder each rebuild would invalidate the other's (ninja sees the sources as changed)."""
-    import hashlib
-
-    where = os.path.dirname(os.path.abspath(torch.__file__)) + "|" + os.path.dirname(os.path.abspath(deepspeed.__file__))
-    return hashlib.sha1(where.encode()).hexdigest()[:8]
-
-
 def own_extensions_dir(torch, deepspeed) -> None:
     """TORCH_EXTENSIONS_DIR (the doctor's cache) per Python, torch, DeepSpeed and accelerator, as
     deepspeed.ops' worker keeps it: one folder shared by builds with other flags is rebuilt at every
@@ -211,9 +202,7 @@ def own_extensions_dir(torch, deepspeed) -> None:
     if not base:
         return
     accelerator = os.environ.get("DS_ACCELERATOR") or ("cuda" if torch.cuda.is_available() else "cpu")
-    tag = (f"py{sys.version_info.major}{sys.version_info.minor}_torch{torch.__version__.replace('+', '_')}"
-           f"_ds{deepspeed.__version__.replace('+', '_')}_{accelerator}_{install_tag(torch, deepspeed)}")
-    os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(base, tag)
+    os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(base, extensions_tag(torch, deepspeed, accelerator))
 
 
 def tokenized_sample(run: Run):
