@@ -489,3 +489,43 @@ def test_a_chained_exception_is_read_with_its_root():
     unchained = CHAINED.replace("The above exception was the direct cause of the following exception:", "")
     r = explain_text(unchained, [later])
     assert not r.diagnoses or r.diagnoses[0].confidence < 0.75  # two separate errors: the second one is not the root
+
+
+BARE_ASSERT = (
+    "[rank1]: Traceback (most recent call last):\n"
+    '[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/engine.py", line 1571, in _configure_zero_optimizer\n'
+    "[rank1]:     optimizer = DeepSpeedZeroOptimizer_Stage3(\n"
+    "[rank1]:                 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    '[rank1]:   File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/zero/stage3.py", line 604, in defragment\n'
+    "[rank1]:     assert len(set(t.dtype for t in tensors)) == 1\n"
+    "[rank1]:            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    "[rank1]: AssertionError\n" + TORCHRUN_SUMMARY)
+
+
+def test_the_assert_statement_above_an_assertion_error_is_part_of_the_root():
+    entry = _entry(r"assert len\(set\(t\.dtype for t in tensors\)\) == 1")
+    r = explain_text(BARE_ASSERT, [entry])
+    assert r.root_error.text == "AssertionError" and r.failed_rank == 1  # the exception line stays the root shown
+    assert [ln.text.strip() for ln in r.root_detail] == ["assert len(set(t.dtype for t in tensors)) == 1"]  # not the carets
+    assert r.diagnoses and r.diagnoses[0].confidence >= 0.75  # a signature on the assert counts as one on the root
+    assert r.to_json()["root_error"]["detail"][0]["text"].startswith("assert len(")
+    other = BARE_ASSERT.replace("AssertionError\n", "ValueError: bad group\n")  # not an assert: the statement is no message
+    assert not explain_text(other, [entry]).root_detail
+
+
+def test_the_lines_under_a_header_exception_carry_its_message():
+    log = ("[rank0]: Traceback (most recent call last):\n"
+           '[rank0]:   File "/opt/venv/lib/python3.11/site-packages/transformers/modeling_utils.py", line 4902, in _load_pretrained_model\n'
+           '[rank0]:     raise RuntimeError(f"Error(s) in loading state_dict for {model.__class__.__name__}:\\n\\t{error_msg}")\n'
+           "[rank0]: RuntimeError: Error(s) in loading state_dict for Qwen2ForCausalLM:\n"
+           '[rank0]: \tWhile copying the parameter named "lm_head.weight", whose dimensions in the model are torch.Size([151936, 896]) and '
+           "whose dimensions in the checkpoint are torch.Size([151936, 896]), an exception occurred : ('Cannot copy out of meta tensor; no data!',).\n"
+           "E0405 09:31:44.100000 7001 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0 (pid: 7010) of binary: /usr/bin/python\n")
+    r = explain_text(log, [])
+    assert r.root_error.text.startswith("RuntimeError: Error(s) in loading state_dict")  # a log line, whole
+    assert len(r.root_detail) == 1 and "Cannot copy out of meta tensor" in r.root_detail[0].text  # not the launcher's line
+    plain = explain_text("[rank0]: Traceback (most recent call last):\n"
+                         '[rank0]:   File "train.py", line 9, in <module>\n'
+                         "[rank0]: KeyError: 'labels'\n"
+                         "[rank0]: \tsome later output\n", [])
+    assert plain.root_error.text == "KeyError: 'labels'" and not plain.root_detail  # no header: nothing to add

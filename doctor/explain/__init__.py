@@ -115,6 +115,7 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
         failed_rank=analysis.failed_rank, exit_codes=analysis.exit_codes, versions=found,
         version_origin=origin, bytes_read=read.stats.get("bytes", 0), lines_read=read.stats.get("lines", 0),
         launcher_rank=analysis.launcher_rank, consequences=consequences, phase=phase, advice=advice,
+        root_detail=analysis.root_detail if root_kind not in (None, "anomaly") else [],
     )
 
 

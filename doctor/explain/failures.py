@@ -72,6 +72,7 @@ _HEARTBEAT_ABORT = re.compile(r"Heartbeat monitor timed out|watchdog got stuck f
 _CHAIN_MARKS = ("The above exception was the direct cause of the following exception",
                 "During handling of the above exception, another exception occurred")
 MAX_CHAIN_MARKS = 10_000
+DETAIL_LINES = 3  # message lines read under a header exception ('Error(s) in loading state_dict for X:')
 MAX_CHAIN_LINKS = 4
 CHAIN_GAP_LINES = 400  # from one link's exception line to the next one's
 # a process taking itself down after the watchdog fired ('Fatal Python error: Aborted')
@@ -187,6 +188,7 @@ class Traceback:
     source: int = 0
     indent: int = 2  # of its frame lines
     wrapped: LogLine | None = None  # the first part of a frame line that rich's box wrapped
+    code: LogLine | None = None  # the source line Python printed under the innermost frame (the raising statement)
 
 
 @dataclass
@@ -196,6 +198,10 @@ class FailureEvent:
     primary: bool
     exit_code: int | None = None
     traceback: Traceback | None = None
+    # the lines that carry the message when the exception line does not: the continuation of a
+    # header ('RuntimeError: Error(s) in loading state_dict for X:' then '\tWhile copying ...'),
+    # the assert statement above an AssertionError
+    detail: list[LogLine] = field(default_factory=list)
 
 
 @dataclass
@@ -208,6 +214,7 @@ class FailureAnalysis:
     root_lines: set[tuple[int, int]]  # (source, line no) of the root error and its traceback
     launcher_rank: int | None = None  # the rank torchrun's summary (or 'failed ... local_rank') named
     consequences: list[FailureEvent] = field(default_factory=list)  # timeouts and lost peers after the root
+    root_detail: list[LogLine] = field(default_factory=list)  # the lines carrying the root's message (FailureEvent.detail)
 
     @property
     def failure(self) -> bool:
@@ -232,11 +239,14 @@ class FailureReader:
         self._unraisable_until: dict[tuple[int, int | None], int] = {}
         self._chain_marks: list[tuple[int, int | None, int]] = []  # (source, rank, line): "The above exception ..."
         self._inert = InertLines()  # lines that changed nothing: a warning printed every step is read once
+        self._detail_for: dict[tuple[int, int | None], FailureEvent] = {}  # a header exception awaiting its message lines
 
     def feed(self, line: LogLine) -> None:
         text = line.text
         key = (line.source, line.rank)
         stripped = text.strip()
+        if self._detail_for:
+            self._take_detail(key, line, stripped)
         if stripped.startswith("Exception ignored in"):  # UNRAISABLE, without a regex call per line
             self._unraisable_until[key] = line.no + UNRAISABLE_WINDOW
             return
@@ -258,10 +268,13 @@ class FailureReader:
                     tb.indent = len(text) - len(text.lstrip())
                 tb.files.append(fm.group("file"))
                 tb.frames.append(line)
+                tb.code = None
                 return
             # an open traceback has no exception yet: it is closed when its exception line comes
             if text[:1].isspace() and not (tb.frames and len(text) - len(text.lstrip()) < tb.indent
                                            and EXCEPTION_LINE.match(stripped)):
+                if tb.frames and stripped.strip("^~ "):  # not Python 3.11's carets under the statement
+                    tb.code = line
                 return  # a source line under a frame, or C++ frames (an exception indented less than
                 # the frames is the traceback's own: torchrun's summary prints an error_file's so)
             if tb.wrapped is not None:  # rich wrapped a long frame line: '/a/b/config.py:' then '869 in fn'
@@ -356,7 +369,29 @@ class FailureReader:
         # llamafactory-cli's own traceback only reports that torchrun, its child, failed
         if tb is not None and tb.exc_type.endswith("CalledProcessError") and tb.files and tb.files[0].endswith(("llamafactory-cli", "/cli.py")):
             wrapper = True
-        self.events.append(FailureEvent("exception", line, primary=not wrapper, traceback=tb))
+        event = FailureEvent("exception", line, primary=not wrapper, traceback=tb)
+        self.events.append(event)
+        if wrapper:
+            return
+        if tb is not None and tb.code is not None and tb.exc_type.endswith("AssertionError"):
+            event.detail.append(tb.code)  # what was asserted: 'assert len(set(t.dtype ...)) == 1', then a bare AssertionError
+        em = EXCEPTION_LINE.match(stripped)
+        if em and stripped.endswith(":"):
+            self._detail_for[(line.source, line.rank)] = event  # 'Error(s) in loading state_dict for X:': the message follows
+
+    def _take_detail(self, key: tuple[int, int | None], line: LogLine, stripped: str) -> None:
+        """A line right under a header exception ('...:') is its message, up to DETAIL_LINES of them."""
+        event = self._detail_for.get(key)
+        if event is None:
+            return
+        last = event.detail[-1].no if event.detail else event.line.no
+        if (line.no != last + 1 or not stripped or stripped.startswith(("Traceback", 'File "', "During handling", "The above exception"))
+                or EXCEPTION_LINE.match(stripped) or SECONDARY_LINES.search(stripped) or _LAUNCHER_FAILED.search(stripped)):
+            del self._detail_for[key]
+            return
+        event.detail.append(line)
+        if len(event.detail) >= DETAIL_LINES:
+            del self._detail_for[key]
 
     def finish(self) -> FailureAnalysis:
         for tb in self._open.values():
@@ -384,7 +419,8 @@ class FailureReader:
         for linked in self._chained_after(root):  # the exceptions it caused: one error, read as one
             lines |= _root_lines(linked)
         return FailureAnalysis(self.events, self.tracebacks, self._failed_rank(root, consequences),
-                               self.exit_codes, root, lines, self.failed_rank, consequences)
+                               self.exit_codes, root, lines, self.failed_rank, consequences,
+                               list(root.detail) if root is not None else [])
 
     def _logged_in_play(self, primaries: list[FailureEvent]) -> list[FailureEvent]:
         """The error-level log lines that may be the root: only when the run failed (a primary
@@ -526,6 +562,7 @@ def _root_lines(root: FailureEvent | None) -> set[tuple[int, int]]:
     root_lines: set[tuple[int, int]] = set()
     if root is not None:
         root_lines.add((root.line.source, root.line.no))
+        root_lines.update((ln.source, ln.no) for ln in root.detail)  # the lines carrying its message
         tb = root.traceback
         if tb is not None:
             root_lines.update((tb.source, f.no) for f in tb.frames)

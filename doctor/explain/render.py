@@ -144,6 +144,8 @@ def _root(out: Out, report: ExplainReport, verbose: bool) -> None:
     out.item(2, "", f"Root error, line {r.no:,}{where}" + f" ({report.lines_read:,} lines read)"
              + (f", rank {r.rank}" if r.rank is not None else "") + ":")
     out.item(4, "", f"[red]{escape(clip(r.text, ROOT_CHARS if out.tty and not verbose else FULL_CHARS))}[/]")
+    for ln in report.root_detail[: None if verbose else 1]:  # the message the root's own line does not carry
+        out.item(4, "", f"[red]{escape(clip(ln.text.strip(), ROOT_CHARS if out.tty and not verbose else FULL_CHARS))}[/]")
     advice = report.advice
     if advice is not None and advice.frame is not None and (verbose or not report.diagnoses):
         out.item(2, "Logged in: " if advice.frame.logged_by else "Raised in: ", escape(frame_words(advice.frame)))

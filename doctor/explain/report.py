@@ -39,6 +39,7 @@ class ExplainReport:
     consequences: list[LogLine] = field(default_factory=list)  # other ranks' timeouts/lost peers after the root
     phase: Phase | None = None  # what the run was doing when the root error came
     advice: Advice | None = None  # the frame that raised it, the YAML key it names, next steps
+    root_detail: list[LogLine] = field(default_factory=list)  # the lines carrying the root's message (header continuation, assert statement)
     bytes_read: int = 0
     lines_read: int = 0
 
@@ -76,4 +77,6 @@ class ExplainReport:
                     out["root_error"]["frame"] = self.advice.frame.to_json()
                 if self.advice.yaml_key:
                     out["root_error"]["yaml_key"] = self.advice.yaml_key
+            if out["root_error"] is not None and self.root_detail:
+                out["root_error"]["detail"] = [ev(ln) for ln in self.root_detail]
         return out
