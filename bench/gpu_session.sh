@@ -12,21 +12,12 @@ mkdir -p "$OUT" "$T"
 # NVLink multicast stays off on these machines (KINDS.md), for the doctor and its ranks alike
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 t_all=$(date +%s)
-{ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target /tmp/site . ; } \
-  > "$T/0_install.txt" 2>&1 || { tail -20 "$T/0_install.txt"; exit 1; }
+# one pip call for the wheels and the doctor: a second `pip --target` call would replace bin/ and lose
+# the console scripts (llamafactory-cli, deepspeed, accelerate) the runs need
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl . > "$T/0_install.txt" 2>&1 || { tail -20 "$T/0_install.txt"; exit 1; }
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-# pip --target replaces bin/ on its second install: give back the console scripts the runs need
-python3 - <<'PY'
-import os
-for name, mod in [("llamafactory-cli", "llamafactory.cli"), ("deepspeed", "deepspeed.launcher.runner"),
-                  ("accelerate", "accelerate.commands.accelerate_cli")]:
-    path = f"/tmp/site/bin/{name}"
-    if not os.path.exists(path):
-        with open(path, "w") as f:
-            f.write(f"#!/bin/sh\nexec python3 -c \"import sys; from {mod} import main; sys.argv[0] = '{name}'; sys.exit(main())\" \"$@\"\n")
-        os.chmod(path, 0o755)
-PY
+ls /tmp/site/bin >> "$T/0_install.txt"
 timed() { local t0=$(date +%s.%N); "$@"; local rc=$?; echo "exit=$rc wall=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s"; }
 want() { pack; case ",$PARTS," in *",$1,"*) return 0;; *) return 1;; esac; }
 pack() { tar -C "$T" -czf "$OUT/transcripts.tgz" . 2>/dev/null; }  # after every part: a call cut short still brings back what ran

@@ -221,10 +221,11 @@ def _which_term(r: dict) -> str:
     return f"{name} {bad[name]:+.0%}"
 
 
-def print_table(results: list[dict], on_gpu: bool) -> None:
+def print_table(results: list[dict], on_gpu: bool, header: bool = True) -> None:
     unit = "GiB peak allocated" if on_gpu else "GiB peak RSS (CPU: not comparable)"
-    print(f"\n{'method':6} {'ZeRO':>4} {'offload':17} {'est states':>10} {'meas states':>11} {'est act':>8} "
-          f"{'meas act':>8} {'estimate':>8} {'measured':>8} {'error':>7}  {unit}; term off")
+    if header:
+        print(f"\n{'method':6} {'ZeRO':>4} {'offload':17} {'est states':>10} {'meas states':>11} {'est act':>8} "
+              f"{'meas act':>8} {'estimate':>8} {'measured':>8} {'error':>7}  {unit}; term off")
     for r in results:
         e, m = r["estimate"], r["measured"]
         head = f"{r['method']:6} {r['stage']:>4} {r['offload']:17}"
@@ -290,16 +291,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'GPU' if on_gpu else 'CPU'}: {nproc} rank(s) per row, model {cfg['hidden_size']}x{cfg['num_hidden_layers']} "
           f"vocab {cfg['vocab_size']}, micro-batch {micro}, sequence {seq}" + (f"; {note}" if note else ""), flush=True)
     results = []
-    for row in rows:
+    for row in rows:  # each row's figures printed and written as soon as it ends: a run cut short keeps them
         t0 = time.perf_counter()
         meas = measure(row, cfg, nproc, on_gpu, a.timeout, cache)
         results.append(compare(row, estimate(row, cfg, nproc), meas, on_gpu))
         print(f"  {row['method']} ZeRO-{row['stage']} offload {row['offload']}: {time.perf_counter() - t0:.0f} s"
               + (f" FAILED {meas['error'][:200]}" if "error" in meas else ""), flush=True)
+        print_table(results[-1:], on_gpu, header=False)
+        if a.out:
+            with open(a.out, "w", encoding="utf-8") as f:
+                json.dump({"on_gpu": on_gpu, "nproc": nproc, "config": cfg, "note": note, "rows": results}, f, indent=1)
     print_table(results, on_gpu)
-    if a.out:
-        with open(a.out, "w", encoding="utf-8") as f:
-            json.dump({"on_gpu": on_gpu, "nproc": nproc, "config": cfg, "note": note, "rows": results}, f, indent=1)
     return 0 if all("error" not in r["measured"] for r in results) else 1
 
 

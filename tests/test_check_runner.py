@@ -210,6 +210,34 @@ def test_serial_when_asked_and_a_needed_failure_still_skips():
         assert res[2].summary == "skipped: needs nccl.allreduce, which did not pass"
 
 
+def test_an_early_probe_runs_beside_what_it_needs_and_a_failed_need_still_turns_it_into_a_skip():
+    """deepspeed.ops starts beside deepspeed.install (its workers import DeepSpeed themselves);
+    when the install fails, the ops' own result is not shown: the usual needs-skip is."""
+    import dataclasses
+
+    from mgft_doctor.check.runner import run_all
+
+    for install_passes in (True, False):
+        spans: dict = {}
+
+        def install(ctx, spans=spans, ok=install_passes):
+            import time
+            t0 = time.monotonic()
+            time.sleep(0.4)
+            spans["deepspeed.install"] = (t0, time.monotonic())
+            return verdict("ok") if ok else verdict("no", [Finding("MGD907", "deepspeed missing", "install it")])
+
+        ops = dataclasses.replace(_timed_probe("deepspeed.ops", spans, 0.4, needs=("deepspeed.install",)), early=True)
+        probes = [_timed_probe("gpu.visible", spans, 0.01), Probe("deepspeed.install", "x", install), ops]
+        res = run_all(probes, context(ONE_GPU))
+        assert _overlap(spans["deepspeed.install"], spans["deepspeed.ops"])
+        if install_passes:
+            assert [r.status for r in res] == [Status.PASS, Status.PASS, Status.PASS]
+        else:
+            assert [r.status for r in res] == [Status.PASS, Status.FAIL, Status.SKIP]
+            assert res[2].summary == "skipped: needs deepspeed.install, which did not pass"
+
+
 def test_bad_input_in_one_probe_stops_the_runs_of_the_others_at_once(tmp_path):
     """A DoctorError (or Ctrl-C in the main thread) ends the command: the run another thread waits
     on is killed (launch.processes.stop_all_runs), not waited for."""

@@ -127,6 +127,9 @@ class Probe:
     # Starts ranks (torchrun) on this machine's GPUs and ports: the runner runs these one at a
     # time, beside the probes that start none.
     ranks: bool = False
+    # Starts beside the probes it needs instead of after them (its own subprocesses do not depend
+    # on theirs); if one of them fails, its result is replaced by the usual "needs ..." skip.
+    early: bool = False
 
     @property
     def family(self) -> str:

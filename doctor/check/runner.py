@@ -18,14 +18,22 @@ SKIP_PREFIX = "skipped: "  # every skip summary starts so (the rows and the JSON
 
 
 def run_probe(probe: Probe, ctx: Context) -> ProbeResult:
-    for need in probe.needs:
-        done = ctx.results.get(need)
-        if done is not None and done.status in (Status.FAIL, Status.ERROR):
-            return stamp(probe, Verdict(Status.SKIP, f"needs {need}, which did not pass", skipped=True))
+    skip = unmet_need(probe, ctx)
+    if skip is not None:
+        return skip
     t0 = time.perf_counter()
     res = _applies_then_run(probe, ctx)
     res.duration_s = time.perf_counter() - t0
     return res
+
+
+def unmet_need(probe: Probe, ctx: Context) -> ProbeResult | None:
+    """The skip of a probe one of whose needs finished without passing, else None."""
+    for need in probe.needs:
+        done = ctx.results.get(need)
+        if done is not None and done.status in (Status.FAIL, Status.ERROR):
+            return stamp(probe, Verdict(Status.SKIP, f"needs {need}, which did not pass", skipped=True))
+    return None
 
 
 def stamp(probe: Probe, v: Verdict | ProbeResult) -> ProbeResult:
@@ -75,7 +83,8 @@ def run_all(probes: list[Probe], ctx: Context,
     """Every probe, results in the given order. With parallel, probes that start ranks
     (Probe.ranks: torchrun on this machine's GPUs and ports) run one after another in their own
     lane, while the others run beside them in a small pool; a probe starts once the probes it needs
-    have finished (they come earlier in the list, as the registry orders them). The facts every
+    have finished (they come earlier in the list, as the registry orders them), an `early` one
+    beside them. The facts every
     probe reads are gathered first, once."""
     if not parallel or len(probes) < 2:
         return [_run_one(p, ctx, on_start, on_done) for p in probes]
@@ -89,14 +98,21 @@ def run_all(probes: list[Probe], ctx: Context,
     futures: dict[str, Future] = {}
     lock = threading.Lock()
 
-    def job(probe: Probe) -> ProbeResult:
+    def wait_for_needs(probe: Probe) -> None:
         for need in probe.needs:
             if need in futures:
                 futures[need].result()  # DoctorError of a needed probe ends the command there
+
+    def job(probe: Probe) -> ProbeResult:
+        if not probe.early:
+            wait_for_needs(probe)
         with lock:
             if on_start:
                 on_start(probe)
         res = run_probe(probe, ctx)
+        if probe.early:  # ran beside its needs: their verdict decides whether its own counts
+            wait_for_needs(probe)
+            res = unmet_need(probe, ctx) or res
         ctx.results[probe.id] = res
         with lock:
             if on_done:

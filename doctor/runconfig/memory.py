@@ -188,11 +188,14 @@ def model_states(shape: ModelShape, stage: int, offload: str, gpus: int, gpus_pe
         per_layer = sum(i + o for i, o in shape.linear_shapes(shape.moe_layers > 0)) * lora_rank
         trainable = per_layer * shape.layers
         frozen = frozen_weight_bytes(shape, quant)
-        shard = gpus if stage == 3 else 1
-        gpu = frozen / shard + dequant_buffer(shape, quant) + 16 * trainable / (gpus if stage >= 1 else 1)
+        # ZeRO-3 keeps, beside each rank's partition, gathered copies as large again (DeepSpeed's own
+        # estimator budgets 18 rather than 16 bytes a parameter for it; measured on one H200: LoRA's
+        # frozen bf16 weights take 2.0 GiB under ZeRO-3 for 0.99 GiB of weights, docs/memory.md)
+        base = 2 * frozen / gpus if stage == 3 else frozen
+        gpu = base + dequant_buffer(shape, quant) + 16 * trainable / (gpus if stage >= 1 else 1)
         host = 0.0
         if offload != "none":
-            gpu = frozen / shard + dequant_buffer(shape, quant) + 4 * trainable
+            gpu = base + dequant_buffer(shape, quant) + 4 * trainable
             host = 12 * trainable * gpus_per_node
             if offload == "optimizer+params" and stage == 3:
                 gpu = 4 * shape.largest_layer_params
