@@ -381,8 +381,11 @@ class FailureReader:
         if raised is not None:  # the rank logged its error, then raised it: one error, the traceback's frames
             root = FailureEvent("logged", root.line, True, traceback=raised.traceback)
         lines = _root_lines(root) | _root_lines(raised)
-        for linked in self._chained_after(root):  # the exceptions it caused: one error, read as one
+        chain = self._chained_after(root)
+        for linked in chain:  # the exceptions it caused: one error, read as one
             lines |= _root_lines(linked)
+        if chain and _bare(root):  # 'StopIteration' from importlib's next(): the last link says what failed
+            root = chain[-1]
         return FailureAnalysis(self.events, self.tracebacks, self._failed_rank(root, consequences),
                                self.exit_codes, root, lines, self.failed_rank, consequences)
 
@@ -520,6 +523,12 @@ def _consequence_ids(pool: list[FailureEvent]) -> set[int]:
 
 def _event_key(event: FailureEvent) -> tuple:
     return (event.line.source, event.line.rank, event.kind, event.primary)
+
+
+def _bare(event: FailureEvent) -> bool:
+    """An exception printed with its type only ('StopIteration', 'KeyError'): no message to show."""
+    m = EXCEPTION_LINE.match(event.line.text.strip())
+    return bool(m) and not (m.group("msg") or "").strip()
 
 
 def _root_lines(root: FailureEvent | None) -> set[tuple[int, int]]:
