@@ -208,6 +208,7 @@ class FailureAnalysis:
     root_lines: set[tuple[int, int]]  # (source, line no) of the root error and its traceback
     launcher_rank: int | None = None  # the rank torchrun's summary (or 'failed ... local_rank') named
     consequences: list[FailureEvent] = field(default_factory=list)  # timeouts and lost peers after the root
+    chained: list[FailureEvent] = field(default_factory=list)  # exceptions Python printed as chained to the root
 
     @property
     def failure(self) -> bool:
@@ -381,13 +382,13 @@ class FailureReader:
         if raised is not None:  # the rank logged its error, then raised it: one error, the traceback's frames
             root = FailureEvent("logged", root.line, True, traceback=raised.traceback)
         lines = _root_lines(root) | _root_lines(raised)
-        chain = self._chained_after(root)
-        for linked in chain:  # the exceptions it caused: one error, read as one
+        chained = self._chained_after(root)
+        for linked in chained:  # the exceptions it caused: one error, read as one
             lines |= _root_lines(linked)
-        if chain and _bare(root):  # 'StopIteration' from importlib's next(): the last link says what failed
-            root = chain[-1]
+        if chained and _bare(root):  # 'StopIteration' from importlib's next(): the last link says what failed
+            root = chained[-1]
         return FailureAnalysis(self.events, self.tracebacks, self._failed_rank(root, consequences),
-                               self.exit_codes, root, lines, self.failed_rank, consequences)
+                               self.exit_codes, root, lines, self.failed_rank, consequences, chained)
 
     def _logged_in_play(self, primaries: list[FailureEvent]) -> list[FailureEvent]:
         """The error-level log lines that may be the root: only when the run failed (a primary
