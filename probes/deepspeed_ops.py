@@ -143,6 +143,10 @@ def run(ctx: Context):
     return verdict(summary, findings, metrics, details)
 
 
+# A first build is a minute on a few idle cores and several on a loaded one; while its compiler
+# keeps working it goes on past the time limit, up to this (a build waiting on a lock is idle and
+# is stopped at the limit as before).
+BUILD_BUSY_LIMIT_S = 1800.0
 SIDE_BY_SIDE_CPUS = 8  # with fewer cores, builds side by side would each take as long as all of them
 
 
@@ -155,7 +159,8 @@ def _run_workers(names: list[str], o, cache_root: str, deadline: float, findings
         args = {"op": name, "cache_root": cache_root, "workdir": os.path.join(o.cache_dir, "aio-probe")}
         if name == "async_io":
             os.makedirs(args["workdir"], exist_ok=True)
-        return run_script(o.python, worker_script("ds_ops"), args, timeout=left)
+        return run_script(o.python, worker_script("ds_ops"), args, timeout=left,
+                          busy_limit=None if o.hard_timeout else max(left, BUILD_BUSY_LIMIT_S))
 
     if len(names) > 1 and (os.cpu_count() or 1) >= SIDE_BY_SIDE_CPUS:
         with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="mgft-ds-op") as pool:
@@ -221,11 +226,18 @@ def judge_op(name: str, run: ScriptRun) -> OpVerdict:
 
 def _timed_out(name: str, run: ScriptRun) -> tuple[list[Finding], list[str]]:
     at = run.phases[-1] if run.phases else "start"
-    return [Finding(_codes.OP_BUILD_HANG,
-                    f"{name}: no result within {run.wall_s:.0f} s (stopped at '{at}'); the build was killed",
-                    "A first build takes about a minute on a few cores: rerun with a larger --timeout. "
-                    "A build that never ends waits on a `lock` left in a torch_extensions folder by a killed "
-                    "build (torch < 2.14): delete it.")], _log_tail(run.log)
+    if run.wall_s >= BUILD_BUSY_LIMIT_S - 1:
+        why = f"still compiling after {BUILD_BUSY_LIMIT_S:.0f} s"
+        fix = ("The build kept compiling for half an hour: the machine is overloaded; rerun when it is "
+               f"idle, or pre-build the op (DS_BUILD_{name.upper()}=1 pip install deepspeed).")
+    else:
+        why = f"no result within {run.wall_s:.0f} s"
+        fix = ("A first build takes about a minute on a few idle cores, several on a loaded one: rerun "
+               "without --timeout (a build that is still compiling then goes on) or with a larger one. "
+               "A build that uses no CPU waits on something: most often a `lock` left in a "
+               "torch_extensions folder by a killed build (torch < 2.14 waits on its mere existence): delete it.")
+    return [Finding(_codes.OP_BUILD_HANG, f"{name}: {why} (stopped at '{at}'); the build was killed", fix)], \
+        _log_tail(run.log)
 
 
 def _died(name: str, run: ScriptRun) -> tuple[list[Finding], list[str]]:
@@ -279,4 +291,5 @@ def _log_tail(log: str, n: int = 25) -> list[str]:
 
 # early: the op workers import DeepSpeed themselves, so they start beside deepspeed.install (whose
 # failure still turns this into a skip)
-PROBE = Probe(ID, TITLE, run, needs=("deepspeed.install",), slow=True, applies=applies, early=True)
+PROBE = Probe(ID, TITLE, run, needs=("deepspeed.install",), slow=True, applies=applies, early=True,
+              hint="a first JIT build takes about a minute, then it is cached")

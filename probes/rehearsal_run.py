@@ -383,4 +383,5 @@ def _log_tail(log: str) -> list[str]:
     return ["rehearsal log (tail):", *("  " + ln[:300] for ln in tail)]
 
 
-PROBE = Probe(ID, TITLE, run, slow=True, applies=applies, ranks=True)
+PROBE = Probe(ID, TITLE, run, slow=True, applies=applies, ranks=True,
+              hint="a real llamafactory-cli train in miniature, a minute or more")

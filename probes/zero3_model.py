@@ -437,4 +437,5 @@ def _judge_failure(res, r0, failure: dict, backend: str, model: str, findings, d
                    details + ds[2:], status=Status.FAIL)
 
 
-PROBE = Probe(ID, TITLE, run, needs=("nccl.allreduce",), slow=True, applies=applies, ranks=True)
+PROBE = Probe(ID, TITLE, run, needs=("nccl.allreduce",), slow=True, applies=applies, ranks=True,
+              hint="real ZeRO-3 steps, a save and a reload on this machine's ranks")

@@ -160,6 +160,23 @@ def test_a_data_error_names_its_frame_and_gets_data_steps_only():
     assert "dataset_info.json" in steps and "NCCL" not in steps
 
 
+def test_a_chained_error_takes_its_phase_from_the_whole_chain():
+    """raise ... from e: the first link's traceback holds only the inner frames (a validator); the
+    outer ones (load_model) come in the link Python prints after it. The log's last marker says data."""
+    inner = tb([(f"{SITE}/huggingface_hub/dataclasses.py", 615, "_validate_simple_type")],
+               "TypeError: Field 'max_position_embeddings' expected int, got float (value: 2048.0)")
+    outer = tb([(f"{LF}/launcher.py", 23, "<module>"), (f"{LF}/model/loader.py", 141, "load_model"),
+                (f"{LF}/model/patcher.py", 328, "patch_config"), (f"{LF}/model/model_utils/rope.py", 71, "configure_rope"),
+                (f"{SITE}/huggingface_hub/dataclasses.py", 146, "__strict_setattr__")],
+               "huggingface_hub.errors.StrictDataclassFieldValidationError: Validation error for field 'max_position_embeddings':")
+    log = ("Running tokenizer on dataset (num_proc=1): 100%|##########| 32/32\n" + inner
+           + "\nThe above exception was the direct cause of the following exception:\n\n" + outer)
+    r = explain_text(log, entries=[])
+    assert r.root_error.text.startswith("TypeError: Field 'max_position_embeddings'")
+    assert r.phase is not None and r.phase.name == "model loading", r.phase
+    alone = explain_text("Running tokenizer on dataset (num_proc=1): 100%|##########| 32/32\n" + inner, entries=[])
+    assert alone.phase is not None and alone.phase.name == "data loading"  # without the chain: the log's marker
+
 def test_a_config_error_names_the_yaml_key():
     log = tb([(f"{LF}/hparams/parser.py", 226, "get_train_args")], "ValueError: Please specify `max_steps` in streaming mode.")
     r = explain_text(log)

@@ -529,3 +529,29 @@ def test_the_lines_under_a_header_exception_carry_its_message():
                          "[rank0]: KeyError: 'labels'\n"
                          "[rank0]: \tsome later output\n", [])
     assert plain.root_error.text == "KeyError: 'labels'" and not plain.root_detail  # no header: nothing to add
+
+
+def test_a_bare_exception_heading_a_chain_shows_the_link_that_says_what_failed():
+    """importlib's next() raises a bare StopIteration; transformers' require_version, handling it,
+    raises the PackageNotFoundError that names the package: that is the root a person reads."""
+    log = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/usr/lib/python3.11/importlib/metadata/__init__.py", line 563, in from_name\n'
+        "[rank1]:     return next(cls.discover(name=name))\n"
+        "[rank1]: StopIteration\n"
+        "\n"
+        "[rank1]: During handling of the above exception, another exception occurred:\n"
+        "\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/opt/venv/lib/python3.11/site-packages/llamafactory/extras/misc.py", line 92, in check_version\n'
+        "[rank1]:     require_version(requirement, hint)\n"
+        '[rank1]:   File "/opt/venv/lib/python3.11/site-packages/transformers/utils/versions.py", line 103, in require_version\n'
+        "[rank1]:     raise importlib.metadata.PackageNotFoundError(\n"
+        "[rank1]: importlib.metadata.PackageNotFoundError: No package metadata was found for The 'liger-kernel' "
+        "distribution was not found and is required by this application. \n"
+    )
+    r = explain_text(log)
+    assert r.root_error.text.endswith("is required by this application.") and "liger-kernel" in r.root_error.text
+    assert r.root_error.no == 13
+    # a first link with a message of its own stays the root (test above)
+    assert explain_text(CHAINED, [_entry("x")]).root_error.text == "KeyError: 'eval_accuracy'"

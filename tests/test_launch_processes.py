@@ -159,3 +159,26 @@ def test_direct_child_gets_sigkill_when_the_doctor_dies(tmp_path, mark):
     parent.kill()
     parent.wait()
     assert gone_within(mark, 3) == []
+
+
+def test_a_run_still_working_at_the_limit_goes_on_and_an_idle_or_endless_one_is_stopped(tmp_path, monkeypatch):
+    """busy_limit (deepspeed.ops' first JIT build): past the time limit a run that keeps using CPU
+    goes on, up to busy_limit; one that sleeps (a hang, a wait on a lock) is stopped at the limit."""
+    from mgft_doctor.launch import processes
+
+    monkeypatch.setattr(processes, "BUSY_WINDOW_S", 1.0)
+    monkeypatch.setattr(processes, "BUSY_MIN_CPU_S", 0.1)  # 2 loaded cores: a spinning process gets ~0.25 s/s
+
+    def run(code: str, busy_limit: float):
+        token = uuid.uuid4().hex
+        with open(tmp_path / "log", "wb") as log:
+            return run_limited([sys.executable, "-c", code], {**os.environ, TOKEN_VAR: token}, tmp_path, 1.0,
+                               token, log, busy_limit=busy_limit)
+
+    spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {}: pass\n"
+    code, timed_out, wall, _ = run(spin.format(4), busy_limit=30)
+    assert (code, timed_out) == (0, False) and wall >= 3.5
+    code, timed_out, wall, _ = run("import time; time.sleep(60)", busy_limit=30)
+    assert timed_out and wall < 1 + 1 + GRACE_S + 3
+    code, timed_out, wall, _ = run(spin.format(60), busy_limit=3)
+    assert timed_out and 3 <= wall < 3 + 1 + GRACE_S + 3

@@ -21,6 +21,9 @@ from .topology import Topology, read_topology
 class Options:
     nproc: int | None = None  # ranks for the multi-rank probes; default: one per visible GPU, 2 without
     timeout: float = 300.0  # hard limit for each multi-rank run or build, seconds
+    # False (check without --timeout): a JIT build still compiling at the limit goes on (see
+    # deepspeed.ops); True: every run stops at the limit
+    hard_timeout: bool = True
     python: str = sys.executable  # the Python environment under examination
     nnodes: int = 1
     node_rank: int = 0
@@ -39,7 +42,8 @@ class Options:
     def from_env(cls, *, nproc: int | None = None, timeout: float = 300.0, python: str | None = None,
                  nnodes: int | None = None, node_rank: int | None = None, master_addr: str | None = None,
                  master_port: int | None = None, config: str | None = None, model: str | None = None,
-                 deepspeed: str | None = None, trust_remote_code: bool = False) -> "Options":
+                 deepspeed: str | None = None, trust_remote_code: bool = False,
+                 hard_timeout: bool = True) -> "Options":
         """Options as `mgft-doctor check` and the pytest plugin build them: what is not given is read
         from NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT as LLaMA-Factory reads them. Every number
         is checked (finite, in range): a bad one is one line and exit 2, never a run without a limit."""
@@ -59,7 +63,7 @@ class Options:
             raise DoctorError(f"--master-port (or MASTER_PORT) must be a port number, 1 to 65535 (0: a free one), not {master_port}")
         fault = os.environ.get("MGFT_DOCTOR_INJECT_FAULT")
         return cls(
-            nproc=nproc, timeout=timeout, python=python or sys.executable,
+            nproc=nproc, timeout=timeout, hard_timeout=hard_timeout, python=python or sys.executable,
             nnodes=nnodes, node_rank=node_rank,
             master_addr=master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1",
             master_port=master_port,

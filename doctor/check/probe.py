@@ -130,6 +130,9 @@ class Probe:
     # Starts beside the probes it needs instead of after them (its own subprocesses do not depend
     # on theirs); if one of them fails, its result is replaced by the usual "needs ..." skip.
     early: bool = False
+    # What a long run of this probe is waiting for, shown beside its seconds on a terminal
+    # ("a first JIT build takes about a minute, then it is cached").
+    hint: str = ""
 
     @property
     def family(self) -> str:

@@ -4,6 +4,9 @@ code and fix under the row, -v for what each probe ran and saw, and a one-line s
 
 from __future__ import annotations
 
+import threading
+import time
+
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
@@ -14,30 +17,62 @@ STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status
 
 
 class Progress:
-    """A spinner naming the probe that runs (multi-rank probes take seconds)."""
+    """A spinner naming the probes that run, each with its seconds so far and, for a probe that
+    can take minutes, what it is waiting for (Probe.hint); the probes run side by side."""
 
     def __init__(self, console: Console, enabled: bool):
         self.console = console
         self.enabled = enabled
         self._status = None
+        self._running: dict[str, tuple[Probe, float]] = {}
+        self._lock = threading.Lock()
+        self._ticker: threading.Thread | None = None
+        self._stopped = threading.Event()
 
     def start(self, probe: Probe) -> None:
         if not self.enabled:
             return
-        text = f"running {probe.id}: {probe.title}…"
+        with self._lock:
+            self._running[probe.id] = (probe, time.monotonic())
         if self._status is None:
-            self._status = self.console.status(text)
+            self._status = self.console.status(escape(self._text()))
             self._status.start()
+            self._ticker = threading.Thread(target=self._tick, name="mgft-progress", daemon=True)
+            self._ticker.start()
         else:
-            self._status.update(text)
+            self._status.update(escape(self._text()))
+
+    def _text(self) -> str:
+        now = time.monotonic()
+        with self._lock:
+            running = list(self._running.values())
+        parts = []
+        for probe, t0 in running:
+            secs = now - t0
+            part = f"{probe.id} {secs:.0f} s"
+            if probe.hint and secs >= HINT_AFTER_S:
+                part += f" ({probe.hint})"
+            parts.append(part)
+        return "running " + (", ".join(parts) if parts else "…")
+
+    def _tick(self) -> None:
+        while not self._stopped.wait(1.0):
+            if self._status is not None:
+                self._status.update(escape(self._text()))
 
     def done(self, res: ProbeResult) -> None:
         if self.enabled:
+            with self._lock:
+                self._running.pop(res.id, None)
             self.console.print(f"[{STYLE[res.status]}]{res.status.mark}[/] {res.id} ({res.duration_s:.1f} s)")
 
     def stop(self) -> None:
+        self._stopped.set()
         if self._status is not None:
             self._status.stop()
+
+
+HINT_AFTER_S = 10  # a probe's hint shows once it has run this long
 
 
 def finding_text_lines(f: Finding, indent: str = "    ") -> list[Text]:

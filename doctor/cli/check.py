@@ -37,7 +37,9 @@ def add_check_arguments(p) -> None:
                    help="run only these probe ids or families (repeatable, comma-separated): --only nccl")
     p.add_argument("--skip", action="append", default=[], metavar="ID", help="skip these probe ids or families")
     p.add_argument("--nproc", type=int, default=None, help="ranks per node for multi-rank probes (default: one per visible GPU; 2 gloo ranks without a GPU)")
-    p.add_argument("--timeout", type=float, default=300.0, help="time limit in seconds for each multi-rank run or build (default 300)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="time limit in seconds for each multi-rank run or build (default 300; without this option "
+                        "a first JIT build that is still compiling goes on, up to 30 minutes)")
     p.add_argument("--strict", action="store_true", help="warnings fail too (exit code 1)")
     p.add_argument("--python", default=sys.executable, help="the Python of the training environment (default: this one)")
     p.add_argument("--nnodes", type=int, default=None, help="nodes in the run (default $NNODES or 1)")
@@ -50,7 +52,8 @@ def add_check_arguments(p) -> None:
 
 def options_from_args(args) -> Options:
     options = Options.from_env(
-        nproc=args.nproc, timeout=args.timeout, python=args.python, nnodes=args.nnodes, node_rank=args.node_rank,
+        nproc=args.nproc, timeout=300.0 if args.timeout is None else args.timeout,
+        hard_timeout=args.timeout is not None, python=args.python, nnodes=args.nnodes, node_rank=args.node_rank,
         master_addr=args.master_addr, master_port=args.master_port, config=args.config, model=args.model,
         deepspeed=args.deepspeed, trust_remote_code=args.trust_remote_code)
     options.rehearse = bool(getattr(args, "rehearse", False))

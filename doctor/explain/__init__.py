@@ -106,6 +106,9 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
     consequences = [e.line for e in analysis.consequences]
     if root_line is not None:
         frames = analysis.root.traceback.frames if analysis.root and analysis.root.traceback else []
+        # a chained exception's traceback holds the outer frames of the same call (raise ... from e):
+        # where the run was comes from the whole chain, not only from the innermost link
+        frames = list(frames) + [f for e in analysis.chained if e.traceback for f in e.traceback.frames]
         phase = read.phases.phase_at(root_line, frames, read.line_totals.get(root_line.source))
         advice = advise(analysis.root if root_kind != "anomaly" else None, root_line, root_kind,
                         phase.name if phase else None, consequences, llamafactory="llamafactory" in found)

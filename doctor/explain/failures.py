@@ -214,6 +214,7 @@ class FailureAnalysis:
     root_lines: set[tuple[int, int]]  # (source, line no) of the root error and its traceback
     launcher_rank: int | None = None  # the rank torchrun's summary (or 'failed ... local_rank') named
     consequences: list[FailureEvent] = field(default_factory=list)  # timeouts and lost peers after the root
+    chained: list[FailureEvent] = field(default_factory=list)  # exceptions Python printed as chained to the root
     root_detail: list[LogLine] = field(default_factory=list)  # the lines carrying the root's message (FailureEvent.detail)
 
     @property
@@ -416,10 +417,13 @@ class FailureReader:
         if raised is not None:  # the rank logged its error, then raised it: one error, the traceback's frames
             root = FailureEvent("logged", root.line, True, traceback=raised.traceback)
         lines = _root_lines(root) | _root_lines(raised)
-        for linked in self._chained_after(root):  # the exceptions it caused: one error, read as one
+        chained = self._chained_after(root)
+        for linked in chained:  # the exceptions it caused: one error, read as one
             lines |= _root_lines(linked)
+        if chained and _bare(root):  # 'StopIteration' from importlib's next(): the last link says what failed
+            root = chained[-1]
         return FailureAnalysis(self.events, self.tracebacks, self._failed_rank(root, consequences),
-                               self.exit_codes, root, lines, self.failed_rank, consequences,
+                               self.exit_codes, root, lines, self.failed_rank, consequences, chained,
                                list(root.detail) if root is not None else [])
 
     def _logged_in_play(self, primaries: list[FailureEvent]) -> list[FailureEvent]:
@@ -556,6 +560,12 @@ def _consequence_ids(pool: list[FailureEvent]) -> set[int]:
 
 def _event_key(event: FailureEvent) -> tuple:
     return (event.line.source, event.line.rank, event.kind, event.primary)
+
+
+def _bare(event: FailureEvent) -> bool:
+    """An exception printed with its type only ('StopIteration', 'KeyError'): no message to show."""
+    m = EXCEPTION_LINE.match(event.line.text.strip())
+    return bool(m) and not (m.group("msg") or "").strip()
 
 
 def _root_lines(root: FailureEvent | None) -> set[tuple[int, int]]:

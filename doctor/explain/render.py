@@ -27,6 +27,7 @@ GENERIC_STEPS = [
 ELLIPSIS = "…"
 ROOT_CHARS = 320  # of the root error's text on a terminal (-v, or off a terminal: all that was read)
 EVIDENCE_CHARS = 200
+DETAIL_CHARS = 150  # of each line that carries the root's message, shown under it on a terminal
 FULL_CHARS = 4000  # as much as explain reads of a line
 EVIDENCE_LINES = 2  # per diagnosis (-v: 8)
 
@@ -145,7 +146,7 @@ def _root(out: Out, report: ExplainReport, verbose: bool) -> None:
              + (f", rank {r.rank}" if r.rank is not None else "") + ":")
     out.item(4, "", f"[red]{escape(clip(r.text, ROOT_CHARS if out.tty and not verbose else FULL_CHARS))}[/]")
     for ln in report.root_detail[: None if verbose else 1]:  # the message the root's own line does not carry
-        out.item(4, "", f"[red]{escape(clip(ln.text.strip(), ROOT_CHARS if out.tty and not verbose else FULL_CHARS))}[/]")
+        out.item(4, "", f"[red]{escape(clip(ln.text.strip(), DETAIL_CHARS if out.tty and not verbose else FULL_CHARS))}[/]")
     advice = report.advice
     if advice is not None and advice.frame is not None and (verbose or not report.diagnoses):
         out.item(2, "Logged in: " if advice.frame.logged_by else "Raised in: ", escape(frame_words(advice.frame)))

@@ -28,6 +28,8 @@ TOKEN_VAR = "MGFT_DOCTOR_RUN"
 GRACE_S = 5.0  # after SIGTERM, how long a process gets before SIGKILL
 ORPHAN_GRACE_S = 2.0  # the same, when the doctor is gone and nobody reads the results
 PR_SET_PDEATHSIG = 1
+BUSY_WINDOW_S = 30.0  # past the time limit, a run with busy_limit is looked at this often
+BUSY_MIN_CPU_S = 3.0  # CPU seconds its processes must have used in a window to count as working
 _RELEASED = b"released\n"  # what the doctor tells its guard when the run ended cleanly
 
 
@@ -59,10 +61,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def run_limited(cmd: list[str], env: dict, cwd, timeout: float, token: str, log, *,
-                orphan_dirs: tuple[str, ...] = (), tmpdir: str | None = None) -> tuple[int | None, bool, float, int]:
+                orphan_dirs: tuple[str, ...] = (), tmpdir: str | None = None,
+                busy_limit: float | None = None) -> tuple[int | None, bool, float, int]:
     """Run cmd in its own session with output to log; past timeout, or when interrupted, kill
     every process carrying the token (env must hold it). Returns (exit code, timed out, wall
     seconds, leftovers killed). Raises OSError when cmd cannot be started.
+
+    busy_limit: a run still working at the time limit (its processes used CPU in the last
+    BUSY_WINDOW_S, as a compiler does) goes on, up to busy_limit seconds in all; an idle one (a
+    hang, a wait on a lock) is killed at timeout as always.
 
     orphan_dirs: folders the guard removes if the doctor dies mid-run (the caller removes them
     otherwise). tmpdir: a private temporary folder for the run (created here; TMPDIR, TMP and
@@ -82,7 +89,7 @@ def run_limited(cmd: list[str], env: dict, cwd, timeout: float, token: str, log,
         with _RUNNING_LOCK:
             _RUNNING[token] = proc
         try:
-            returncode, timed_out = _wait_or_kill(proc, timeout, token)
+            returncode, timed_out = _wait_or_kill(proc, timeout, token, busy_limit)
         finally:
             with _RUNNING_LOCK:
                 _RUNNING.pop(token, None)
@@ -93,17 +100,44 @@ def run_limited(cmd: list[str], env: dict, cwd, timeout: float, token: str, log,
     return returncode, timed_out, time.perf_counter() - t0, leftover
 
 
-def _wait_or_kill(proc: subprocess.Popen, timeout: float, token: str) -> tuple[int | None, bool]:
-    """Wait for proc; at the time limit, and on any interruption (Ctrl-C, the CLI's SIGTERM,
-    an error), kill its whole tree before going on."""
+def _wait_or_kill(proc: subprocess.Popen, timeout: float, token: str,
+                  busy_limit: float | None = None) -> tuple[int | None, bool]:
+    """Wait for proc; at the time limit (or busy_limit while it keeps working), and on any
+    interruption (Ctrl-C, the CLI's SIGTERM, an error), kill its whole tree before going on."""
+    t0 = time.monotonic()
     try:
-        return proc.wait(timeout=timeout), False
-    except subprocess.TimeoutExpired:
+        try:
+            return proc.wait(timeout=timeout), False
+        except subprocess.TimeoutExpired:
+            pass
+        used = cpu_seconds(token)
+        while busy_limit is not None and time.monotonic() - t0 < busy_limit:
+            try:
+                return proc.wait(timeout=max(0.1, min(BUSY_WINDOW_S, busy_limit - (time.monotonic() - t0)))), False
+            except subprocess.TimeoutExpired:
+                now = cpu_seconds(token)
+                if now - used < BUSY_MIN_CPU_S:
+                    break  # idle: hung, not slow
+                used = now
         kill_tree(token, proc)
         return proc.returncode, True
     except BaseException:
         kill_tree(token, proc)
         raise
+
+
+def cpu_seconds(token: str, var: str = TOKEN_VAR) -> float:
+    """CPU seconds used by the run's live processes and the children they reaped (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for pid in processes_with_token(token, var):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / tick
 
 
 def private_tmp_env(env: dict, tmpdir: str) -> dict:

@@ -46,8 +46,9 @@ def bin_dir(python: str) -> str:
 
 
 def run_script(python: str, script: str, args: dict, timeout: float, env: dict[str, str] | None = None,
-               cwd: str | None = None) -> ScriptRun:
-    """Run `python script --args JSON`; never longer than timeout seconds."""
+               cwd: str | None = None, busy_limit: float | None = None) -> ScriptRun:
+    """Run `python script --args JSON`; never longer than timeout seconds (busy_limit: longer
+    while it keeps using CPU, see processes.run_limited)."""
     token = uuid.uuid4().hex
     run_env = dict(os.environ)
     run_env.update(env or {})
@@ -57,7 +58,8 @@ def run_script(python: str, script: str, args: dict, timeout: float, env: dict[s
     workdir = cwd or tempfile.mkdtemp(prefix="mgft-doctor-")
     with tempfile.TemporaryFile() as log:
         try:
-            returncode, timed_out, wall, leftover = run_limited(cmd, run_env, workdir, timeout, token, log)
+            returncode, timed_out, wall, leftover = run_limited(cmd, run_env, workdir, timeout, token, log,
+                                                                busy_limit=busy_limit)
         except OSError as exc:
             return ScriptRun(cmd, None, False, 0.0, f"cannot run {python}: {exc}", None)
         log.seek(0, os.SEEK_END)
