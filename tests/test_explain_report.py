@@ -172,7 +172,7 @@ def test_a_chained_error_takes_its_phase_from_the_whole_chain():
     log = ("Running tokenizer on dataset (num_proc=1): 100%|##########| 32/32\n" + inner
            + "\nThe above exception was the direct cause of the following exception:\n\n" + outer)
     r = explain_text(log, entries=[])
-    assert r.root_error.text.startswith("TypeError: Field 'max_position_embeddings'")
+    assert r.root_error.text.startswith("huggingface_hub.errors.StrictDataclassFieldValidationError")  # the raise ... from
     assert r.phase is not None and r.phase.name == "model loading", r.phase
     alone = explain_text("Running tokenizer on dataset (num_proc=1): 100%|##########| 32/32\n" + inner, entries=[])
     assert alone.phase is not None and alone.phase.name == "data loading"  # without the chain: the log's marker

@@ -238,7 +238,8 @@ class FailureReader:
         self.nccl_warnings: list[LogLine] = []
         self.logged: list[FailureEvent] = CappedList(MAX_EVENTS, MAX_EVENTS_EACH, _event_key)  # error-level log lines
         self._unraisable_until: dict[tuple[int, int | None], int] = {}
-        self._chain_marks: list[tuple[int, int | None, int]] = []  # (source, rank, line): "The above exception ..."
+        # (source, rank, line, direct): "The above exception was the direct cause ..." (direct) or "During handling ..."
+        self._chain_marks: list[tuple[int, int | None, int, bool]] = []
         self._inert = InertLines()  # lines that changed nothing: a warning printed every step is read once
         self._detail_for: dict[tuple[int, int | None], FailureEvent] = {}  # a header exception awaiting its message lines
 
@@ -252,7 +253,7 @@ class FailureReader:
             self._unraisable_until[key] = line.no + UNRAISABLE_WINDOW
             return
         if stripped.startswith(_CHAIN_MARKS) and len(self._chain_marks) < MAX_CHAIN_MARKS:
-            self._chain_marks.append((line.source, line.rank, line.no))
+            self._chain_marks.append((line.source, line.rank, line.no, stripped.startswith(_CHAIN_MARKS[0])))
             return
         if stripped.startswith("Traceback (most recent call last)"):
             self._open[key] = Traceback(line.rank, line.no, source=line.source)
@@ -420,8 +421,8 @@ class FailureReader:
         chained = self._chained_after(root)
         for linked in chained:  # the exceptions it caused: one error, read as one
             lines |= _root_lines(linked)
-        if chained and _bare(root):  # 'StopIteration' from importlib's next(): the last link says what failed
-            root = chained[-1]
+        if chained and (_bare(root) or self._raised_from(root, chained[-1])):
+            root = chained[-1]  # the exception the library raised to explain the first ('raise X from e')
         return FailureAnalysis(self.events, self.tracebacks, self._failed_rank(root, consequences),
                                self.exit_codes, root, lines, self.failed_rank, consequences, chained,
                                list(root.detail) if root is not None else [])
@@ -457,6 +458,13 @@ class FailureReader:
             out.append(e)
             last = e.line.no
         return out
+
+    def _raised_from(self, first: FailureEvent, last: FailureEvent) -> bool:
+        """Every link from first to last is 'The above exception was the direct cause of the
+        following exception' (raise ... from ...), none an error while handling another."""
+        marks = [m for m in self._chain_marks if m[0] == first.line.source and m[1] == first.line.rank
+                 and first.line.no < m[2] < last.line.no]
+        return bool(marks) and all(m[3] for m in marks)
 
     def _raised_after(self, root: FailureEvent) -> FailureEvent | None:
         """The exception the same rank raised right after logging its error."""
