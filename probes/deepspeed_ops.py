@@ -113,14 +113,19 @@ def run(ctx: Context):
                        metrics={"ops": {}}, details=["ops this run needs: none"])
     cache_root = os.path.join(o.cache_dir, "torch_extensions")
     os.makedirs(cache_root, exist_ok=True)
-    deadline = time.monotonic() + o.timeout
+    t0 = time.monotonic()
+    deadline = t0 + o.timeout
     findings: list[Finding] = []
     where = f"run config {o.config or o.deepspeed}" if ctx.run_config is not None else "no run config"
     details = [f"ops this run needs ({'GPU' if gpu else 'CPU accelerator'}, {where}):"]
     details += [f"  {n}: {why}" for n, why in ops]
     metrics: dict = {"ops": {}}
     done: list[tuple[str, str]] = []  # (op, how it built and ran)
-    for name, run_ in _run_workers([n for n, _ in ops], o, cache_root, deadline, findings):
+    for name, run_ in _run_workers([n for n, _ in ops], o, cache_root, deadline):
+        if run_ is None:
+            findings.append(Finding(_codes.OP_BUILD_HANG, f"{name} was not built: the time limit ({o.timeout:.0f} s) "
+                                    "was spent on the ops before it", "Rerun with a larger --timeout (a first build takes a minute or more)."))
+            continue
         if run_.timed_out:
             _clear_locks(cache_root, name)
         op = judge_op(name, run_)
@@ -131,7 +136,7 @@ def run(ctx: Context):
         details += op.details
         if op.ran:
             done.append((name, op.ran))
-    metrics["wall_s"] = round(time.monotonic() - (deadline - o.timeout), 2)
+    metrics["wall_s"] = round(time.monotonic() - t0, 2)
     if metrics.get("cache_dir"):
         details.append(f"cache: {metrics['cache_dir']}")
     ran_ok = ", ".join(text for _, text in done)
@@ -150,11 +155,11 @@ BUILD_BUSY_LIMIT_S = 1800.0
 SIDE_BY_SIDE_CPUS = 8  # with fewer cores, builds side by side would each take as long as all of them
 
 
-def _run_workers(names: list[str], o, cache_root: str, deadline: float, findings: list[Finding]):
+def _run_workers(names: list[str], o, cache_root: str, deadline: float):
     """(op, its worker's run) for each op, in the given order. Each op's worker imports DeepSpeed
     and builds (or loads) it in its own process, so on a machine with cores to spare they run side
     by side, each under the whole time limit; otherwise one after another, each getting what the
-    ones before it left (an op with no time left gets a finding instead of a run)."""
+    ones before it left (None for an op with no time left)."""
     def one(name: str, left: float) -> ScriptRun:
         args = {"op": name, "cache_root": cache_root, "workdir": os.path.join(o.cache_dir, "aio-probe")}
         if name == "async_io":
@@ -169,11 +174,7 @@ def _run_workers(names: list[str], o, cache_root: str, deadline: float, findings
         return
     for name in names:
         left = deadline - time.monotonic()
-        if left < 5:
-            findings.append(Finding(_codes.OP_BUILD_HANG, f"{name} was not built: the time limit ({o.timeout:.0f} s) "
-                                    "was spent on the ops before it", "Rerun with a larger --timeout (a first build takes a minute or more)."))
-            continue
-        yield name, one(name, left)
+        yield name, (one(name, left) if left >= 5 else None)
 
 
 @dataclass

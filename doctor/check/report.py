@@ -26,7 +26,6 @@ class Progress:
         self._status = None
         self._running: dict[str, tuple[Probe, float]] = {}
         self._lock = threading.Lock()
-        self._ticker: threading.Thread | None = None
         self._stopped = threading.Event()
 
     def start(self, probe: Probe) -> None:
@@ -37,8 +36,7 @@ class Progress:
         if self._status is None:
             self._status = self.console.status(escape(self._text()))
             self._status.start()
-            self._ticker = threading.Thread(target=self._tick, name="mgft-progress", daemon=True)
-            self._ticker.start()
+            threading.Thread(target=self._tick, name="mgft-progress", daemon=True).start()
         else:
             self._status.update(escape(self._text()))
 

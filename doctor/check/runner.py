@@ -103,21 +103,21 @@ def run_all(probes: list[Probe], ctx: Context,
             if need in futures:
                 futures[need].result()  # DoctorError of a needed probe ends the command there
 
+    def locked(callback):
+        def call(arg):
+            with lock:
+                callback(arg)
+        return call if callback else None
+
+    def settle(probe: Probe, res: ProbeResult) -> ProbeResult:
+        """An early probe ran beside its needs: their verdict decides whether its own counts."""
+        wait_for_needs(probe)
+        return unmet_need(probe, ctx) or res
+
     def job(probe: Probe) -> ProbeResult:
         if not probe.early:
             wait_for_needs(probe)
-        with lock:
-            if on_start:
-                on_start(probe)
-        res = run_probe(probe, ctx)
-        if probe.early:  # ran beside its needs: their verdict decides whether its own counts
-            wait_for_needs(probe)
-            res = unmet_need(probe, ctx) or res
-        ctx.results[probe.id] = res
-        with lock:
-            if on_done:
-                on_done(res)
-        return res
+        return _run_one(probe, ctx, locked(on_start), locked(on_done), settle if probe.early else None)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgft-ranks") as ranks, \
             ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="mgft-probe") as pool:
@@ -143,10 +143,12 @@ def _resume() -> None:
     resume_runs()
 
 
-def _run_one(probe: Probe, ctx: Context, on_start, on_done) -> ProbeResult:
+def _run_one(probe: Probe, ctx: Context, on_start, on_done, settle=None) -> ProbeResult:
     if on_start:
         on_start(probe)
     res = run_probe(probe, ctx)
+    if settle is not None:
+        res = settle(probe, res)
     ctx.results[probe.id] = res
     if on_done:
         on_done(res)

@@ -445,7 +445,7 @@ class FailureReader:
         if root is None or root.kind != "exception":
             return []
         out, last = [], root.line.no
-        marks = [m for m in self._chain_marks if m[0] == root.line.source and m[1] == root.line.rank]
+        marks = self._marks_of(root)
         for e in self.events:
             if len(out) >= MAX_CHAIN_LINKS:
                 break
@@ -462,9 +462,12 @@ class FailureReader:
     def _raised_from(self, first: FailureEvent, last: FailureEvent) -> bool:
         """Every link from first to last is 'The above exception was the direct cause of the
         following exception' (raise ... from ...), none an error while handling another."""
-        marks = [m for m in self._chain_marks if m[0] == first.line.source and m[1] == first.line.rank
-                 and first.line.no < m[2] < last.line.no]
+        marks = [m for m in self._marks_of(first) if first.line.no < m[2] < last.line.no]
         return bool(marks) and all(m[3] for m in marks)
+
+    def _marks_of(self, event: FailureEvent) -> list[tuple[int, int | None, int, bool]]:
+        """The chain marks printed in the event's log and rank."""
+        return [m for m in self._chain_marks if m[0] == event.line.source and m[1] == event.line.rank]
 
     def _raised_after(self, root: FailureEvent) -> FailureEvent | None:
         """The exception the same rank raised right after logging its error."""

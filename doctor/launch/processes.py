@@ -110,7 +110,7 @@ def _wait_or_kill(proc: subprocess.Popen, timeout: float, token: str,
             return proc.wait(timeout=timeout), False
         except subprocess.TimeoutExpired:
             pass
-        used = cpu_seconds(token)
+        used = cpu_seconds(token) if busy_limit is not None else 0.0
         while busy_limit is not None and time.monotonic() - t0 < busy_limit:
             try:
                 return proc.wait(timeout=max(0.1, min(BUSY_WINDOW_S, busy_limit - (time.monotonic() - t0)))), False
