@@ -4,8 +4,8 @@ most half of accelerate test's time (ratio <= 0.5).
 
     python bench/check_wall.py [--python PY] [--accelerate PATH] [--repeats N] [--json]
 
-accelerate test runs with a generated config: two processes, MULTI_CPU on a machine without a
-GPU, MULTI_GPU over the visible GPUs otherwise. Runs alternate (check, accelerate, check, ...) and
+accelerate test runs with the config `accelerate config default` would write: MULTI_GPU over the
+visible GPUs, one process on one GPU, two MULTI_CPU processes without a GPU. Runs alternate (check, accelerate, check, ...) and
 the median of each is taken; check's per-probe durations come from its --json object (the row
 of the slowest repeat is shown too). A cold first repeat (a JIT build of a DeepSpeed op into the
 doctor's cache) is shown as such: later repeats find the build in the cache."""
@@ -37,14 +37,20 @@ def gpu_count(python: str) -> int:
 
 
 def accelerate_config(folder: Path, gpus: int) -> Path:
-    """A config accelerate test accepts without `accelerate config`: 2 CPU processes, or the GPUs."""
-    n = gpus if gpus >= 2 else 2
-    kind = "MULTI_GPU" if gpus >= 2 else "MULTI_CPU"
+    """The config a user of this machine gets from `accelerate config default`, so accelerate test
+    needs no questions: MULTI_GPU over the visible GPUs, one process on one GPU, two CPU processes
+    (MULTI_CPU) without a GPU."""
+    if gpus >= 2:
+        kind, n, cpu = "MULTI_GPU", gpus, "false"
+    elif gpus == 1:
+        kind, n, cpu = "'NO'", 1, "false"
+    else:
+        kind, n, cpu = "MULTI_CPU", 2, "true"
     lines = ["compute_environment: LOCAL_MACHINE", f"distributed_type: {kind}", f"num_processes: {n}",
              "num_machines: 1", "machine_rank: 0", "main_training_function: main", "mixed_precision: 'no'",
-             f"use_cpu: {'false' if kind == 'MULTI_GPU' else 'true'}", "rdzv_backend: static", "same_network: true",
+             f"use_cpu: {cpu}", "rdzv_backend: static", "same_network: true",
              "main_process_ip: 127.0.0.1", "main_process_port: 29517", "gpu_ids: all"]
-    path = folder / "accelerate_cpu.yaml"
+    path = folder / "accelerate_config.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
 

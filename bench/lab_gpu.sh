@@ -4,7 +4,8 @@
 # IDS run once each (their fixes were verified on CPU ranks); GPU_ONLY_IDS run with --fix; SOLO_IDS
 # (they take the whole GPU) run last, alone, with --fix. Needs .whl/ filled by ../shared/device/wheels.sh.
 # Writes $OUT/lab-gpu.tgz (the gpu.log files and results.json) and $OUT/transcript.txt; here
-# `python bench/lab.py ingest FOLDER` takes them in.
+# `python bench/lab.py ingest FOLDER` takes them in. CHECK_WALL=N first times `mgft-doctor check`
+# against accelerate test (bench/check_wall.py, N repeats, warm cache) into $OUT/check_wall.json.
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -33,10 +34,24 @@ PY
 }
 R=/tmp/results
 mkdir -p $R
-stamp "\$ python3 bench/lab.py run --gpu --jobs 5 $1"
-python3 bench/lab.py run --gpu --jobs 5 --results $R/a.json $1 2>&1 | tee -a "$T"; pack
-stamp "\$ python3 bench/lab.py run --gpu --fix --jobs 4 $2"
-python3 bench/lab.py run --gpu --fix --jobs 4 --results $R/b.json $2 2>&1 | tee -a "$T"; pack
+if [ -n "${CHECK_WALL:-}" ]; then  # the doctor's wall time beside accelerate test, before the lab loads the GPU
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site-doctor . > /tmp/install3.txt 2>&1 \
+    || tail -5 /tmp/install3.txt
+  stamp "\$ TORCH_CUDA_ARCH_LIST=9.0 python3 bench/check_wall.py --repeats $CHECK_WALL --json"
+  ( export PYTHONPATH=/tmp/site-doctor:$PYTHONPATH PATH=/tmp/site-doctor/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0
+    mgft-doctor check --json > "$OUT/check_cold.json" 2>/dev/null   # fills the JIT cache
+    python3 bench/check_wall.py --python python3 --accelerate "$(command -v accelerate)" --doctor "$(command -v mgft-doctor)" \
+      --repeats "$CHECK_WALL" --json > "$OUT/check_wall.json" 2>> "$T" )
+  stamp "check_wall: $(cat "$OUT/check_wall.json" | head -c 400)"
+fi
+if [ -n "${1:-}" ]; then
+  stamp "\$ python3 bench/lab.py run --gpu --jobs 5 $1"
+  python3 bench/lab.py run --gpu --jobs 5 --results $R/a.json $1 2>&1 | tee -a "$T"; pack
+fi
+if [ -n "${2:-}" ]; then
+  stamp "\$ python3 bench/lab.py run --gpu --fix --jobs 4 $2"
+  python3 bench/lab.py run --gpu --fix --jobs 4 --results $R/b.json $2 2>&1 | tee -a "$T"; pack
+fi
 if [ -n "${3:-}" ]; then
   stamp "\$ python3 bench/lab.py run --gpu --fix $3"
   python3 bench/lab.py run --gpu --fix --results $R/c.json $3 2>&1 | tee -a "$T"; pack

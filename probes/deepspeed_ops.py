@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from mgft_doctor.check.context import Context
+from mgft_doctor.check.facts import gpus_likely
 from mgft_doctor.check.launch_findings import explain_log
 from mgft_doctor.check.probe import Finding, Probe, Status, verdict
 from mgft_doctor.launch import worker_script
@@ -97,37 +98,39 @@ def _incompatible(op: str, run: ScriptRun, data: dict) -> Finding:
                    + (f" ({why[:300]})" if why else ""), fix)
 
 
-def applies(ctx: Context) -> str | None:
-    if "torch" not in ctx.facts.raw:
-        return "torch is not importable in the examined Python (see gpu.visible)"
-    return None
-
-
 def run(ctx: Context):
+    """Starts at once (Probe.early), on what the machine's device nodes suggest (gpus_likely): the op
+    workers take seconds to import torch and DeepSpeed, as long as the facts take to arrive; when the
+    facts then disagree, the ops the machine really needs and that have not run yet run after."""
     o = ctx.options
+    config = ctx.run_config or RunConfig()
+    guess = gpus_likely()
+    ops = config.deepspeed_ops(guess)
+    t0 = time.monotonic()
+    deadline = t0 + o.timeout
+    runs = dict(_run_workers([n for n, _ in ops], o, deadline))
     gpu = ctx.facts.gpu_count > 0
-    ops = (ctx.run_config or RunConfig()).deepspeed_ops(gpu)
+    if gpu != guess:
+        ops = config.deepspeed_ops(gpu)
+        runs.update(_run_workers([n for n, _ in ops if n not in runs], o, deadline))
     if not ops:
         return verdict("nothing to JIT-build for this run: the HF Trainer supplies a torch optimizer (no optimizer "
                        "section in the DeepSpeed JSON, no offload) or the run does not use DeepSpeed",
                        metrics={"ops": {}}, details=["ops this run needs: none"])
-    cache_root = os.path.join(o.cache_dir, "torch_extensions")
-    os.makedirs(cache_root, exist_ok=True)
-    t0 = time.monotonic()
-    deadline = t0 + o.timeout
     findings: list[Finding] = []
     where = f"run config {o.config or o.deepspeed}" if ctx.run_config is not None else "no run config"
     details = [f"ops this run needs ({'GPU' if gpu else 'CPU accelerator'}, {where}):"]
     details += [f"  {n}: {why}" for n, why in ops]
     metrics: dict = {"ops": {}}
     done: list[tuple[str, str]] = []  # (op, how it built and ran)
-    for name, run_ in _run_workers([n for n, _ in ops], o, cache_root, deadline):
+    for name, _ in ops:
+        run_ = runs[name]
         if run_ is None:
             findings.append(Finding(_codes.OP_BUILD_HANG, f"{name} was not built: the time limit ({o.timeout:.0f} s) "
                                     "was spent on the ops before it", "Rerun with a larger --timeout (a first build takes a minute or more)."))
             continue
         if run_.timed_out:
-            _clear_locks(cache_root, name)
+            _clear_locks(_cache_root(o), name)
         op = judge_op(name, run_)
         metrics["ops"][name] = op.metrics
         if (run_.payload or {}).get("ext_dir"):
@@ -148,6 +151,12 @@ def run(ctx: Context):
     return verdict(summary, findings, metrics, details)
 
 
+def _cache_root(o) -> str:
+    root = os.path.join(o.cache_dir, "torch_extensions")
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
 # A first build is a minute on a few idle cores and several on a loaded one; while its compiler
 # keeps working it goes on past the time limit, up to this (a build waiting on a lock is idle and
 # is stopped at the limit as before).
@@ -155,11 +164,13 @@ BUILD_BUSY_LIMIT_S = 1800.0
 SIDE_BY_SIDE_CPUS = 8  # with fewer cores, builds side by side would each take as long as all of them
 
 
-def _run_workers(names: list[str], o, cache_root: str, deadline: float):
+def _run_workers(names: list[str], o, deadline: float):
     """(op, its worker's run) for each op, in the given order. Each op's worker imports DeepSpeed
     and builds (or loads) it in its own process, so on a machine with cores to spare they run side
     by side, each under the whole time limit; otherwise one after another, each getting what the
     ones before it left (None for an op with no time left)."""
+    cache_root = _cache_root(o)
+
     def one(name: str, left: float) -> ScriptRun:
         args = {"op": name, "cache_root": cache_root, "workdir": os.path.join(o.cache_dir, "aio-probe")}
         if name == "async_io":
@@ -290,7 +301,7 @@ def _log_tail(log: str, n: int = 25) -> list[str]:
     return ["build log (tail):", *("  " + ln[:300] for ln in lines)] if lines else []
 
 
-# early: the op workers import DeepSpeed themselves, so they start beside deepspeed.install (whose
-# failure still turns this into a skip)
-PROBE = Probe(ID, TITLE, run, needs=("deepspeed.install",), slow=True, applies=applies, early=True,
+# early: the op workers import torch and DeepSpeed themselves, so they start beside the facts and
+# deepspeed.install (whose failure, torch or DeepSpeed missing among them, still turns this into a skip)
+PROBE = Probe(ID, TITLE, run, needs=("deepspeed.install",), slow=True, early=True,
               hint="a first JIT build takes about a minute, then it is cached")

@@ -228,6 +228,45 @@ def test_needed_ops_follow_the_run_config(tmp_path):
     assert load_run_config(str(tmp_path / "plain.yaml")).deepspeed_ops(gpu=True) == []  # no DeepSpeed at all
 
 
+@pytest.mark.parametrize("guess, gpus, asked", [
+    (True, 0, [["fused_adam", "cpu_adam"]]),  # device nodes but torch sees no GPU: cpu_adam has run already
+    (False, 1, [["cpu_adam"], ["fused_adam"]]),  # torch sees a GPU the nodes did not show: fused_adam after
+    (True, 1, [["fused_adam", "cpu_adam"]]),
+])
+def test_ops_start_on_the_device_nodes_guess_and_follow_the_facts(monkeypatch, guess, gpus, asked):
+    """deepspeed.ops starts its workers before torch has said whether it sees a GPU (Probe.early);
+    the ops it reports are always the ones the facts call for, each built once."""
+    from mgft_doctor.check.facts import Facts
+
+    seen: list[list[str]] = []
+
+    def workers(names, o, deadline):
+        if names:
+            seen.append(list(names))
+        yield from ((n, None) for n in names)  # "not built": enough to see what was asked and reported
+
+    monkeypatch.setattr(deepspeed_ops, "_run_workers", workers)
+    monkeypatch.setattr(deepspeed_ops, "gpus_likely", lambda: guess)
+    ctx = Context(Options())
+    ctx.__dict__["facts"] = Facts({"device_count": gpus})
+    res = run_probe(deepspeed_ops.PROBE, ctx)
+    assert seen == asked
+    want = ["fused_adam", "cpu_adam"] if gpus else ["cpu_adam"]
+    assert [f.message.split()[0] for f in res.findings] == want
+    assert res.details[0].startswith(f"ops this run needs ({'GPU' if gpus else 'CPU accelerator'}")
+
+
+def test_gpus_likely_reads_the_device_nodes_and_cuda_visible_devices():
+    from mgft_doctor.check.facts import gpus_likely
+
+    import glob
+    nodes = bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
+    assert gpus_likely({}) is nodes
+    assert gpus_likely({"CUDA_VISIBLE_DEVICES": ""}) is False
+    assert gpus_likely({"CUDA_VISIBLE_DEVICES": "-1"}) is False
+    assert gpus_likely({"CUDA_VISIBLE_DEVICES": "0,1"}) is nodes
+
+
 @pytest.mark.slow
 def test_ops_really_builds_loads_and_runs_its_adam(ds_cache, gpu):
     op = "fused_adam" if gpu else "cpu_adam"  # what DeepSpeed builds on this machine

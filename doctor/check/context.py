@@ -8,8 +8,8 @@ import json
 import math
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from ..errors import DoctorError
 from .facts import FACTS_TIMEOUT_S, Facts, read_facts
@@ -83,17 +83,38 @@ def _env_int(name: str, default: int | None, option: str = "") -> int | None:
         raise DoctorError(f"{name}={value!r} is not an integer{instead}") from None
 
 
+class once:
+    """functools.cached_property, computed once per context even when probes running side by side
+    ask for it together (the facts are a subprocess of several seconds; the run config is read once).
+    A value put in the instance's __dict__ beforehand is used as it is."""
+
+    _guard = threading.Lock()
+
+    def __init__(self, fn):
+        self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        with self._guard:
+            lock = obj.__dict__.setdefault("_once_" + self.name, threading.Lock())
+        with lock:
+            if self.name not in obj.__dict__:
+                obj.__dict__[self.name] = self.fn(obj)
+            return obj.__dict__[self.name]
+
+
 class Context:
     def __init__(self, options: Options):
         self.options = options
         self.results: dict[str, ProbeResult] = {}
 
-    @cached_property
+    @once
     def facts(self) -> Facts:
         """torch's view of this machine, read once per context (a subprocess of the examined Python)."""
         return read_facts(self.options.python, FACTS_TIMEOUT_S)
 
-    @cached_property
+    @once
     def topology(self) -> Topology:
         return read_topology()
 
@@ -113,7 +134,7 @@ class Context:
             return self.options.nproc
         return self.facts.gpu_count if self.use_gpus else 2
 
-    @cached_property
+    @once
     def run_config(self):
         """The user's run as the doctor reads it (YAML + DeepSpeed JSON), or None without --config."""
         from ..runconfig import load_run_config

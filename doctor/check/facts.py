@@ -5,6 +5,8 @@ process never imports torch itself."""
 
 from __future__ import annotations
 
+import glob
+import os
 from dataclasses import dataclass
 
 from ..launch import worker_script
@@ -30,6 +32,17 @@ class Facts:
     @property
     def devices(self) -> list[dict]:
         return list(self.raw.get("devices") or [])
+
+
+def gpus_likely(env: dict | None = None) -> bool:
+    """Whether torch will see a GPU, judged in a millisecond before the facts answer (seconds): the
+    kernel's device nodes (/dev/nvidiaN; /dev/kfd for ROCm) and a CUDA_VISIBLE_DEVICES that does not
+    hide them all. Only a head start: whoever acts on it checks it against the facts."""
+    env = os.environ if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
 
 
 def read_facts(python: str, timeout: float = FACTS_TIMEOUT_S) -> Facts:

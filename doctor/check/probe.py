@@ -127,8 +127,9 @@ class Probe:
     # Starts ranks (torchrun) on this machine's GPUs and ports: the runner runs these one at a
     # time, beside the probes that start none.
     ranks: bool = False
-    # Starts beside the probes it needs instead of after them (its own subprocesses do not depend
-    # on theirs); if one of them fails, its result is replaced by the usual "needs ..." skip.
+    # Starts at once: beside the facts being read and beside the probes it needs (its own
+    # subprocesses depend on neither; its applies() must not read the facts); if a need fails,
+    # its result is replaced by the usual "needs ..." skip.
     early: bool = False
     # What a long run of this probe is waiting for, shown beside its seconds on a terminal
     # ("a first JIT build takes about a minute, then it is cached").

@@ -82,23 +82,23 @@ def run_all(probes: list[Probe], ctx: Context,
             parallel: bool = True) -> list[ProbeResult]:
     """Every probe, results in the given order. With parallel, probes that start ranks
     (Probe.ranks: torchrun on this machine's GPUs and ports) run one after another in their own
-    lane, while the others run beside them in a small pool; a probe starts once the probes it needs
-    have finished (they come earlier in the list, as the registry orders them), an `early` one
-    beside them. The facts every
-    probe reads are gathered first, once."""
+    lane, while the others run beside them in a small pool. The facts every probe reads are
+    gathered first, once (by gpu.visible when it comes first); an `early` probe starts at once,
+    beside them and beside the probes it needs; any other probe starts once the facts are in and
+    the probes it needs (earlier in the list, as the registry orders them) have finished."""
     if not parallel or len(probes) < 2:
+        if parallel and any(p.early for p in probes):  # `--only deepspeed.ops`: the facts arrive meanwhile
+            threading.Thread(target=lambda: ctx.facts, daemon=True, name="mgft-facts").start()
         return [_run_one(p, ctx, on_start, on_done) for p in probes]
     _resume()  # a stop of an earlier run_all in this process (the pytest plugin's) is over
     out: dict[str, ProbeResult] = {}
-    first, rest = (probes[0], probes[1:]) if not probes[0].ranks else (None, probes)
-    if first is not None:  # gpu.visible: it reads the facts (a subprocess) that every other probe asks for
-        out[first.id] = _run_one(first, ctx, on_start, on_done)
-    else:
-        _ = ctx.facts
+    first, rest = (probes[0], probes[1:]) if not probes[0].ranks and not probes[0].early else (None, probes)
     futures: dict[str, Future] = {}
+    submitted = threading.Event()  # every probe has its future: a need can be waited on by id
     lock = threading.Lock()
 
     def wait_for_needs(probe: Probe) -> None:
+        submitted.wait()
         for need in probe.needs:
             if need in futures:
                 futures[need].result()  # DoctorError of a needed probe ends the command there
@@ -121,15 +121,23 @@ def run_all(probes: list[Probe], ctx: Context,
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgft-ranks") as ranks, \
             ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="mgft-probe") as pool:
-        for probe in rest:
-            futures[probe.id] = (ranks if probe.ranks else pool).submit(job, probe)
         try:
+            for probe in (p for p in rest if p.early):
+                futures[probe.id] = pool.submit(job, probe)
+            if first is not None:  # gpu.visible: it reads the facts (a subprocess) that every other probe asks for
+                out[first.id] = _run_one(first, ctx, locked(on_start), locked(on_done))
+            else:
+                _ = ctx.facts
+            for probe in (p for p in rest if not p.early):
+                futures[probe.id] = (ranks if probe.ranks else pool).submit(job, probe)
+            submitted.set()
             for fut in as_completed(futures.values()):  # the first to raise ends the wait
                 res = fut.result()
                 out[res.id] = res
         except BaseException:  # Ctrl-C, SIGTERM (the main thread only), bad input: end every run now
             from ..launch.processes import stop_all_runs
 
+            submitted.set()
             for fut in futures.values():
                 fut.cancel()
             stop_all_runs()
