@@ -3,6 +3,7 @@
 The package, one subpackage per subsystem (docs/architecture.md has the full map):
 
     errors.py, text.py   leaves: exit codes and error types; ANSI, CSV and flag helpers
+    terminal.py          leaf: how every command prints (whole lines off a terminal)
     catalog/             known_errors/ as typed, validated data; fix choice; code pages
     explain/             log source -> lines -> scan -> failures -> match -> versions -> report -> render
     runconfig/           the user's run: LLaMA-Factory YAML, DeepSpeed JSON, model config, memory, rules
@@ -14,7 +15,7 @@ The package, one subpackage per subsystem (docs/architecture.md has the full map
 
 Imports go one way (tests/test_layout.py keeps it true):
 
-    errors, text  <-  catalog, explain, runconfig, launch  <-  check  <-  probes  <-  cli
+    errors, text, terminal  <-  catalog, explain, runconfig, launch  <-  check  <-  probes  <-  cli
     explain -> catalog is allowed (it matches against the catalog); the plugin reaches check,
     explain and launch lazily; probes/workers import nothing of the package.
 """

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PKG = "mgft_doctor"
 # subsystem -> the subsystems it may import (besides itself and the leaves)
-LEAVES = {"errors", "text"}
+LEAVES = {"errors", "text", "terminal"}
 ALLOWED = {
     "catalog": set(),
     "explain": {"catalog"},

@@ -9,9 +9,9 @@ import time
 
 from rich.console import Console
 from rich.markup import escape
-from rich.text import Text
 
-from .probe import Finding, Probe, ProbeResult, Status, finding_lines
+from ..terminal import Out
+from .probe import Probe, ProbeResult, Status
 
 STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: "dim", Status.ERROR: "magenta"}
 
@@ -73,38 +73,57 @@ class Progress:
 HINT_AFTER_S = 10  # a probe's hint shows once it has run this long
 
 
-def finding_text_lines(f: Finding, indent: str = "    ") -> list[Text]:
-    """probe.finding_lines (the one rendering of a finding, which the pytest plugin prints too),
-    with the mark in the severity's colour and the code in cyan."""
-    head, fix = (Text(line) for line in finding_lines(f, indent))
-    head.stylize(STYLE[f.severity], len(indent), len(indent) + 1)
-    head.stylize("cyan", len(indent) + 2, len(indent) + 2 + len(f.code))
-    return [head, fix]
-
-
 def render_results(results: list[ProbeResult], console: Console, verbose: bool = False) -> None:
+    """The rows, then one summary line. Off a terminal every line is whole (terminal.Out)."""
+    out = Out(console)
     if not verbose:
-        console.print("Doctor summary (to see all details, run mgft-doctor -v):")
+        out.item(0, "", "Doctor summary (to see all details, run mgft-doctor -v):")
     for r in results:
-        st = STYLE[r.status]
-        console.print(f"[{st}]\\[{r.status.mark}][/] [bold]{escape(r.title)}[/] [dim]({r.id}, {r.duration_s:.1f} s)[/]")
-        console.print(f"    {escape(r.summary)}")
+        out.item(0, f"[{STYLE[r.status]}]\\[{r.status.mark}][/] ", f"[bold]{escape(r.title)}[/] [dim]({r.id}, {r.duration_s:.1f} s)[/]")
+        out.item(4, "", escape(r.summary))
         for f in r.findings:
-            console.print(*finding_text_lines(f), sep="\n")
-        if verbose:
+            out.item(4, f"[{STYLE[f.severity]}]{f.severity.mark}[/] [cyan]{f.code}[/] ", escape(f.message))
+            out.item(6, "fix: ", escape(f.fix))
+        if verbose:  # what the probe ran and saw; its metrics are in --json
             for d in r.details:
-                console.print(f"      [dim]{escape(d)}[/]")
-            for k, v in r.metrics.items():
-                if not isinstance(v, (list, dict)):
-                    console.print(f"      [dim]{k} = {v}[/]")
-    failed = sum(r.status is Status.FAIL for r in results)
-    warned = sum(r.status is Status.WARN for r in results)
-    crashed = sum(r.status is Status.ERROR for r in results)
+                out.item(6, "", f"[dim]{escape(d)}[/]")
+    out.blank()
+    out.item(0, "", summary_line(results))
+
+
+def is_note(r: ProbeResult) -> bool:
+    """A warning with no finding says what this machine is (no GPU here: the ranks run on gloo),
+    not that something is wrong with it: the summary counts it apart and --strict lets it pass."""
+    return r.status is Status.WARN and not r.findings
+
+
+def overall(results: list[ProbeResult]) -> str:
+    """fail, error (a probe crashed), warn (a finding of warning weight) or pass (notes included)."""
+    statuses = {r.status for r in results}
+    if Status.FAIL in statuses:
+        return "fail"
+    if Status.ERROR in statuses:
+        return "error"
+    return "warn" if any(r.status is Status.WARN and not is_note(r) for r in results) else "pass"
+
+
+def summary_line(results: list[ProbeResult]) -> str:
     total = sum(r.duration_s for r in results)
-    console.print()
-    if not failed and not crashed and not warned:
-        console.print(f"[green]•[/] No issues found! ({len(results)} probes, {total:.1f} s)")
-    else:
-        parts = [f"{n} {w}" for n, w in ((failed, "failed"), (warned, "with warnings"), (crashed, "crashed")) if n]
-        console.print(f"[{'red' if failed or crashed else 'yellow'}]![/] Doctor found issues: {', '.join(parts)} "
-                      f"({len(results)} probes, {total:.1f} s). `mgft-doctor codes CODE` explains a code.")
+    counts = f"{len(results)} probes, {total:.1f} s"
+    notes = [r.id for r in results if is_note(r)]
+    noted = (f"; {len(notes)} note{'s' if len(notes) > 1 else ''} on what this machine is, not a problem "
+             f"({', '.join(notes)})") if notes else ""
+    if overall(results) == "pass":
+        return f"[green]•[/] No issues found! ({counts}){noted}"
+    failed = sum(r.status is Status.FAIL for r in results)
+    warned = sum(r.status is Status.WARN and not is_note(r) for r in results)
+    crashed = sum(r.status is Status.ERROR for r in results)
+    parts = [f"{n} {w}" for n, w in ((failed, "failed"), (warned, "with warnings"), (crashed, "crashed")) if n]
+    codes = sorted({f.code for r in results for f in r.findings})
+    pointer = ""
+    if len(codes) == 1:
+        pointer = f" `mgft-doctor codes {codes[0]}` explains {codes[0]}."
+    elif codes:
+        pointer = f" Codes {', '.join(codes)}: `mgft-doctor codes CODE` explains one."
+    return (f"[{'red' if failed or crashed else 'yellow'}]![/] Doctor found issues: {', '.join(parts)} "
+            f"({counts}){noted}.{pointer}")

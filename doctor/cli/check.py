@@ -11,6 +11,7 @@ import sys
 
 from rich.console import Console
 
+from .. import __version__
 from ..check.context import Context, Options
 from ..errors import EXIT_CRASH, EXIT_FAILURE, EXIT_OK, DoctorError, InputError
 from ..runconfig.model_config import missing_model
@@ -61,8 +62,10 @@ def options_from_args(args) -> Options:
 
 
 def exit_code(results, strict: bool) -> int:
+    from ..check.report import is_note
+
     statuses = {r.status for r in results}
-    if Status.FAIL in statuses or (strict and Status.WARN in statuses):
+    if Status.FAIL in statuses or (strict and any(r.status is Status.WARN and not is_note(r) for r in results)):
         return EXIT_FAILURE
     if Status.ERROR in statuses:
         return EXIT_CRASH
@@ -123,7 +126,7 @@ def log_hint(config: str | None, exc: InputError) -> DoctorError:
 
 def run_check(args) -> int:
     from ..check.registry import all_probes
-    from ..check.report import Progress, render_results
+    from ..check.report import Progress, is_note, overall, render_results
 
     usage_mistakes(args)
     probes = all_probes()
@@ -152,7 +155,11 @@ def run_check(args) -> int:
     if args.share is not None:
         share_check(results, args.share)
     if args.json:
-        sys.stdout.write(json.dumps({"schema": SCHEMA, "probes": [r.to_json() for r in results]}, ensure_ascii=False) + "\n")
+        code = exit_code(results, args.strict)
+        sys.stdout.write(json.dumps({"schema": SCHEMA, "version": __version__, "status": overall(results), "exit_code": code,
+                                     "notes": [r.id for r in results if is_note(r)],
+                                     "probes": [r.to_json() for r in results]}, ensure_ascii=False) + "\n")
+        return code
     else:
         render_results(results, Console(highlight=False), verbose=args.verbose)
     return exit_code(results, args.strict)
