@@ -8,7 +8,8 @@ so a line that a catalog pattern needs is never skipped: the catalog examples te
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
+from itertools import accumulate, repeat
 from typing import Iterable, Iterator
 
 from .lines import LogLine, line_pieces
@@ -95,6 +96,8 @@ def compile_triggers(extra: Iterable[str] = ()) -> Triggers:
 _DIGIT_BYTES = bytes.maketrans(b"0123456789", b"0000000000")
 MEMO_ENTRIES = 20_000  # distinct short segments remembered with their logical lines
 MEMO_MAX_BYTES = 1024  # longer segments are rarely repeated: not worth the memory
+DENSE_HITS = 256  # hits in a block from which splitting it into lines is cheaper than a search per hit
+_ONE = 1
 
 
 class _Scanner:
@@ -160,11 +163,13 @@ class _Scanner:
 
     def block_lines(self, block: bytes, line_at: int) -> list[LogLine]:
         """The salient lines of one block whose first line is number line_at."""
+        hits = self.triggers.starts(block)
+        if len(hits) >= DENSE_HITS:
+            return self._dense_lines(block, line_at, hits)
         out: list[LogLine] = []
         append, known, source = out.append, self.memo.get, self.source
         counted_to = pos = 0
         end = len(block)
-        hits = self.triggers.starts(block)
         i, n = 0, len(hits)
         while i < n:
             hit = hits[i]
@@ -206,6 +211,51 @@ class _Scanner:
                     self._take(line, line_at, out, need_trigger=False)
                 pos = stop + 1
                 follow -= 1
+        return out
+
+    def _dense_lines(self, block: bytes, line_at: int, hits: list[int]) -> list[LogLine]:
+        """block_lines for a block with many hits: the block split into its lines once (in C),
+        each hit mapped to its line's index by a bisection over the line starts (in C), and the
+        lines read by index: no search for a line's ends or count of its number per hit. The
+        same lines, numbers and continuations as the search-per-hit loop."""
+        out: list[LogLine] = []
+        append, known, source = out.append, self.memo.get, self.source
+        lines = block.split(b"\n")
+        # starts[k] is where line k starts; bisect_right(starts, hit) is the index of the hit's line, plus one
+        starts = list(accumulate(map(_ONE.__add__, map(len, lines)), initial=0))
+        last = len(lines) - 1 if block.endswith(b"\n") else len(lines)  # lines past it are empty: no line
+        taken = 0  # lines before this one were read already (a continuation)
+        for k in dict.fromkeys(map(bisect_right, repeat(starts, len(hits)), hits)):
+            k -= 1
+            if k < taken:
+                continue
+            line = lines[k]
+            no = line_at + k
+            found = known(line)
+            if found is None:
+                if b"\r" in line:
+                    follow = self._take(line, no, out, need_trigger=True)
+                else:
+                    found = self._prepare(line)
+            if found is not None:
+                pieces, follow, self.tag, self.box = found
+                for rank, text in pieces:
+                    append(LogLine(no, text, rank, source))
+            k += 1
+            tag, box = self.tag, self.box
+            while follow and k < last and lines[k].startswith(tag):
+                line = lines[k]
+                if box:  # inside the box: its lines, then the one under it (the exception)
+                    side = line[len(tag):len(tag) + 16].lstrip()
+                    if side.startswith(_BOX_END):
+                        box, follow = False, 2
+                    elif not side.startswith(_BOX_SIDE):
+                        break
+                if line.strip():
+                    self._take(line, line_at + k, out, need_trigger=False)
+                k += 1
+                follow -= 1
+            taken = k
         return out
 
 
