@@ -12,7 +12,7 @@ from bisect import bisect_left, bisect_right
 from itertools import accumulate, repeat
 from typing import Iterable, Iterator
 
-from .lines import LogLine, line_pieces
+from .lines import EXCEPTION_NAME, LogLine, line_pieces
 from .source import LogSource, iter_blocks
 
 # Words that make a line salient, in the casings that logs really use. Case-sensitive on
@@ -36,7 +36,8 @@ _BOX_HEAD = re.compile(rb"^(?:\[\w+\]:)*\s*\xe2\x95\xad[^\n]*Traceback \(most re
 # the rank tag an exception line starts with: its message continues only on lines with the same
 # tag (under torchrun every line of a rank carries it; an untagged line is another stream)
 _RANK_TAG = re.compile(rb"^\[(?:rank|default|Rank|RANK)\s?\d+\]:?")
-_EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|StopIteration)\b:?")
+# an exception line (lines.EXCEPTION_NAME, then its message or nothing) behind rank tags, read off the bytes
+_EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*" + EXCEPTION_NAME.encode() + rb"(?::|\s*$)")
 _FRAME_LINE = re.compile(rb'^(?:\[\w+\]:)*\s+File "')
 
 
