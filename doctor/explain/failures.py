@@ -242,6 +242,11 @@ class FailureReader:
     def feed(self, line: LogLine) -> None:
         text = line.text
         key = (line.source, line.rank)
+        # a line that changed nothing before changes nothing now while no traceback of its rank is
+        # open, no summary is being read and no header awaits its message: the checks below, all
+        # on the text alone, would end at the same `text in self._inert` (a warning every step)
+        if text in self._inert and not self._in_summary and not self._detail_for and key not in self._open:
+            return
         stripped = text.strip()
         if self._detail_for:
             self._take_detail(key, line, stripped)

@@ -8,11 +8,10 @@ so a line that a catalog pattern needs is never skipped: the catalog examples te
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
-from itertools import accumulate, repeat
+from bisect import bisect_left
 from typing import Iterable, Iterator
 
-from .lines import EXCEPTION_NAME, LogLine, line_pieces
+from .lines import EXCEPTION_KEYWORDS, LogLine, line_pieces
 from .source import LogSource, iter_blocks
 
 # Words that make a line salient, in the casings that logs really use. Case-sensitive on
@@ -36,8 +35,19 @@ _BOX_HEAD = re.compile(rb"^(?:\[\w+\]:)*\s*\xe2\x95\xad[^\n]*Traceback \(most re
 # the rank tag an exception line starts with: its message continues only on lines with the same
 # tag (under torchrun every line of a rank carries it; an untagged line is another stream)
 _RANK_TAG = re.compile(rb"^\[(?:rank|default|Rank|RANK)\s?\d+\]:?")
-# an exception line (lines.EXCEPTION_NAME, then its message or nothing) behind rank tags, read off the bytes
-_EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*" + EXCEPTION_NAME.encode() + rb"(?::|\s*$)")
+# an exception line (lines.EXCEPTION_NAME, then its message or nothing) behind rank tags, read off the
+# bytes: a dotted name whose last part ends in an exception keyword (possessive: a shorter run could
+# only leave a word character where ':', '.' or the end must be, so nothing is given back)
+_EXC_LINE = re.compile(rb"^(?:\[\w++\]:)*+\s*+((?:[A-Za-z_]\w*+\.)*+[A-Za-z_]\w*+)(?::|\s*$)")
+_EXC_KEYWORDS = tuple(k.encode() for k in EXCEPTION_KEYWORDS)
+
+
+def exception_segment(segment: bytes) -> bool:
+    """True when segment is an exception line (EXCEPTION_LINE's meaning, rank tags allowed before it)."""
+    m = _EXC_LINE.match(segment)
+    return m is not None and m.group(1).endswith(_EXC_KEYWORDS)
+
+
 _FRAME_LINE = re.compile(rb'^(?:\[\w+\]:)*\s+File "')
 
 
@@ -97,8 +107,6 @@ def compile_triggers(extra: Iterable[str] = ()) -> Triggers:
 _DIGIT_BYTES = bytes.maketrans(b"0123456789", b"0000000000")
 MEMO_ENTRIES = 20_000  # distinct short segments remembered with their logical lines
 MEMO_MAX_BYTES = 1024  # longer segments are rarely repeated: not worth the memory
-DENSE_HITS = 256  # hits in a block from which splitting it into lines is cheaper than a search per hit
-_ONE = 1
 
 
 class _Scanner:
@@ -121,7 +129,7 @@ class _Scanner:
             # the source line under a traceback frame says what was being done; a rich boxed
             # traceback's frames hold no trigger word at all
             box = b"\xe2\x95\xad" in segment and _BOX_HEAD.match(segment) is not None
-            follow = (BOX_LINES if box else CONTINUATION_LINES if _EXC_LINE.match(segment)
+            follow = (BOX_LINES if box else CONTINUATION_LINES if exception_segment(segment)
                       else 1 if _FRAME_LINE.match(segment) else 0)
             tag = _RANK_TAG.match(segment) if follow else None
             found = (pieces, follow, tag.group(0) if tag else b"", box)
@@ -164,13 +172,11 @@ class _Scanner:
 
     def block_lines(self, block: bytes, line_at: int) -> list[LogLine]:
         """The salient lines of one block whose first line is number line_at."""
-        hits = self.triggers.starts(block)
-        if len(hits) >= DENSE_HITS:
-            return self._dense_lines(block, line_at, hits)
         out: list[LogLine] = []
         append, known, source = out.append, self.memo.get, self.source
         counted_to = pos = 0
         end = len(block)
+        hits = self.triggers.starts(block)
         i, n = 0, len(hits)
         while i < n:
             hit = hits[i]
@@ -212,51 +218,6 @@ class _Scanner:
                     self._take(line, line_at, out, need_trigger=False)
                 pos = stop + 1
                 follow -= 1
-        return out
-
-    def _dense_lines(self, block: bytes, line_at: int, hits: list[int]) -> list[LogLine]:
-        """block_lines for a block with many hits: the block split into its lines once (in C),
-        each hit mapped to its line's index by a bisection over the line starts (in C), and the
-        lines read by index: no search for a line's ends or count of its number per hit. The
-        same lines, numbers and continuations as the search-per-hit loop."""
-        out: list[LogLine] = []
-        append, known, source = out.append, self.memo.get, self.source
-        lines = block.split(b"\n")
-        # starts[k] is where line k starts; bisect_right(starts, hit) is the index of the hit's line, plus one
-        starts = list(accumulate(map(_ONE.__add__, map(len, lines)), initial=0))
-        last = len(lines) - 1 if block.endswith(b"\n") else len(lines)  # lines past it are empty: no line
-        taken = 0  # lines before this one were read already (a continuation)
-        for k in dict.fromkeys(map(bisect_right, repeat(starts, len(hits)), hits)):
-            k -= 1
-            if k < taken:
-                continue
-            line = lines[k]
-            no = line_at + k
-            found = known(line)
-            if found is None:
-                if b"\r" in line:
-                    follow = self._take(line, no, out, need_trigger=True)
-                else:
-                    found = self._prepare(line)
-            if found is not None:
-                pieces, follow, self.tag, self.box = found
-                for rank, text in pieces:
-                    append(LogLine(no, text, rank, source))
-            k += 1
-            tag, box = self.tag, self.box
-            while follow and k < last and lines[k].startswith(tag):
-                line = lines[k]
-                if box:  # inside the box: its lines, then the one under it (the exception)
-                    side = line[len(tag):len(tag) + 16].lstrip()
-                    if side.startswith(_BOX_END):
-                        box, follow = False, 2
-                    elif not side.startswith(_BOX_SIDE):
-                        break
-                if line.strip():
-                    self._take(line, line_at + k, out, need_trigger=False)
-                k += 1
-                follow -= 1
-            taken = k
         return out
 
 
