@@ -79,3 +79,15 @@ def test_a_glog_head_behind_a_million_rank_tags_costs_no_memory():
     finally:
         tracemalloc.stop()
     assert peak < 4_000_000, peak
+
+
+@pytest.mark.parametrize("name", ["Exception", "RuntimeError", "torch.distributed.DistBackendError"])
+def test_the_message_under_any_exception_line_is_read(name):
+    """The scanner follows an exception line's message onto lines with no trigger word for every
+    name the failure reader calls an exception (one definition, lines.EXCEPTION_NAME): also a
+    bare `raise Exception(...)`, whose name is only its keyword."""
+    log = ('Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n    raise X(msg)\n'
+           f"{name}: Current loss scale at minimum:\n\tscale 1 reached\n")
+    report = explain_text(log)
+    assert report.root_error.text == f"{name}: Current loss scale at minimum:"
+    assert [ln.text.strip() for ln in report.root_detail] == ["scale 1 reached"]

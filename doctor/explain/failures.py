@@ -13,15 +13,11 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..catalog.patterns import guard
-from .lines import RICH_FRAME, RICH_PATH_PART, CappedList, InertLines, LogLine
+from .lines import EXCEPTION_LINE, RICH_FRAME, RICH_PATH_PART, CappedList, InertLines, LogLine
 
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
            9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
 
-# An exception line: 'ValueError: ...', 'torch.OutOfMemoryError: ...', 'KeyboardInterrupt'.
-EXCEPTION_LINE = re.compile(
-    r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*?)?(?:Error|Exception|Interrupt|Exit|Failure|StopIteration|StopAsyncIteration))(?::\s?(?P<msg>.*))?$"
-)
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
 # Exceptions that only wrap or report a failure that happened elsewhere.
 WRAPPER_EXCEPTIONS = re.compile(
@@ -246,6 +242,11 @@ class FailureReader:
     def feed(self, line: LogLine) -> None:
         text = line.text
         key = (line.source, line.rank)
+        # a line that changed nothing before changes nothing now while no traceback of its rank is
+        # open, no summary is being read and no header awaits its message: the checks below, all
+        # on the text alone, would end at the same `text in self._inert` (a warning every step)
+        if text in self._inert and not self._in_summary and not self._detail_for and key not in self._open:
+            return
         stripped = text.strip()
         if self._detail_for:
             self._take_detail(key, line, stripped)

@@ -47,11 +47,18 @@ _PASTE_WRAPPER = re.compile(
     r"|\[\d{1,5},(?P<mpirank>\d{1,5})\]<std(?:out|err)>:[ \t]?"
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?[ \t]+(?:(?:stdout|stderr)[ \t]+[FP][ \t]+)?)"
 )
+# The name of an exception as Python prints it on a traceback's last line, one definition for
+# every reader: 'ValueError', 'torch.OutOfMemoryError', 'KeyboardInterrupt', 'SystemExit',
+# 'StopIteration'. The keywords end it (a dotted module path may come before).
+EXCEPTION_KEYWORDS = ("Error", "Exception", "Interrupt", "Exit", "Failure", "StopIteration", "StopAsyncIteration")
+EXCEPTION_NAME = r"(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*?)?(?:" + "|".join(EXCEPTION_KEYWORDS) + ")"
+# An exception line: its name, then ': message' or nothing ('KeyboardInterrupt'), on a stripped line.
+EXCEPTION_LINE = re.compile(rf"^(?P<type>{EXCEPTION_NAME})(?::\s?(?P<msg>.*))?$")
 # Lines a uniformly indented paste (a markdown list item, a 4-space code block) moves off column 0;
 # none of them is the source line of a traceback frame.
 _INDENTED_ANCHOR = re.compile(
     r"[ \t]+(?=\[(?:rank|default)\d+\]:|Traceback \(most recent call last\)"
-    r"|(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*?)?(?:Error|Exception|Interrupt|Exit|Failure)(?::\s|$))"
+    rf"|{EXCEPTION_NAME}(?::\s|$))"
 )
 
 

@@ -11,7 +11,7 @@ import re
 from bisect import bisect_left
 from typing import Iterable, Iterator
 
-from .lines import LogLine, line_pieces
+from .lines import EXCEPTION_KEYWORDS, LogLine, line_pieces
 from .source import LogSource, iter_blocks
 
 # Words that make a line salient, in the casings that logs really use. Case-sensitive on
@@ -35,7 +35,19 @@ _BOX_HEAD = re.compile(rb"^(?:\[\w+\]:)*\s*\xe2\x95\xad[^\n]*Traceback \(most re
 # the rank tag an exception line starts with: its message continues only on lines with the same
 # tag (under torchrun every line of a rank carries it; an untagged line is another stream)
 _RANK_TAG = re.compile(rb"^\[(?:rank|default|Rank|RANK)\s?\d+\]:?")
-_EXC_LINE = re.compile(rb"^(?:\[\w+\]:)*\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|StopIteration)\b:?")
+# an exception line (lines.EXCEPTION_NAME, then its message or nothing) behind rank tags, read off the
+# bytes: a dotted name whose last part ends in an exception keyword (possessive: a shorter run could
+# only leave a word character where ':', '.' or the end must be, so nothing is given back)
+_EXC_LINE = re.compile(rb"^(?:\[\w++\]:)*+\s*+((?:[A-Za-z_]\w*+\.)*+[A-Za-z_]\w*+)(?::|\s*$)")
+_EXC_KEYWORDS = tuple(k.encode() for k in EXCEPTION_KEYWORDS)
+
+
+def exception_segment(segment: bytes) -> bool:
+    """True when segment is an exception line (EXCEPTION_LINE's meaning, rank tags allowed before it)."""
+    m = _EXC_LINE.match(segment)
+    return m is not None and m.group(1).endswith(_EXC_KEYWORDS)
+
+
 _FRAME_LINE = re.compile(rb'^(?:\[\w+\]:)*\s+File "')
 
 
@@ -117,7 +129,7 @@ class _Scanner:
             # the source line under a traceback frame says what was being done; a rich boxed
             # traceback's frames hold no trigger word at all
             box = b"\xe2\x95\xad" in segment and _BOX_HEAD.match(segment) is not None
-            follow = (BOX_LINES if box else CONTINUATION_LINES if _EXC_LINE.match(segment)
+            follow = (BOX_LINES if box else CONTINUATION_LINES if exception_segment(segment)
                       else 1 if _FRAME_LINE.match(segment) else 0)
             tag = _RANK_TAG.match(segment) if follow else None
             found = (pieces, follow, tag.group(0) if tag else b"", box)
