@@ -40,6 +40,10 @@ PRIMARY_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cuda", re.compile(r"CUDA out of memory|CUDA error: |CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cudaError\w+|device-side assert triggered|no CUDA GPUs are available|invalid device ordinal")),
     ("compiler", re.compile(r"^(?:\S+:\d+(?::\d+)?: )?(?:fatal )?error: |^FAILED: |^ERROR: No supported gcc|^ninja: build stopped|^collect2: error|^/usr/bin/ld: cannot find|error: command '.*' failed|nvcc fatal|^\S+: \d+: \S+: not found$|^/bin/(?:ba)?sh: .*not found")),
     ("cli", re.compile(r"^\S+: error: (?:the following arguments are required|unrecognized arguments|argument )|command not found$|^usage: .*\n?.*error:")),
+    # the interpreter refusing what it was told to run, before any traceback: 'python3: can't open file',
+    # 'python: No module named x', 'python3: Error while finding module specification for 'x.py'' (python -m,
+    # torchrun -m, deepspeed --module); a launcher's worker prints nothing else
+    ("cli", re.compile(r"^\S*python[\w.]*: (?:can't open file |Error while finding module specification for |No module named )")),
     ("oom-killer", re.compile(r"Out of memory: Kill(?:ed)? process|oom-kill|oom_reaper: reaped process|"
                               r"Detected \d+ oom.kill event|cgroup out-of-memory handler|task \d+: Out Of Memory")),
 )

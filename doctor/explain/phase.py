@@ -55,6 +55,11 @@ _BAR = re.compile(rb"(?:\[\w+\]:)*\s*(\d{1,3})%\|[^|\r\n]*\|\s*(\d+)/(\d+) \[")
 _BAR_RATES = (b"s/it", b"it/s")
 BAR_TRIES = 32  # bars with a description (datasets, shards) or eval bars skipped before giving up
 _LOSS = (b"'loss': ", b'"loss": ')
+# a custom training loop's own progress line ('step 3 loss 6.2589', 'rank 0 step=3, loss=2.1',
+# 'epoch 0 step 12 | loss: 0.93'): DeepSpeed, accelerate and plain torch loops print no bar of their own
+_USER_LOSS = b"loss"
+_USER_STEP = re.compile(rb"\bstep\b[ =:#]*\d+\b[^\n\r]{0,80}?\bloss\b[ =:]*-?\d")
+USER_TRIES = 8  # 'loss' words looked at, back from the end, before giving up
 # A marker printed often in a long run (every save_steps) and on lines that cost the matcher's
 # fuzzy patterns dear: found by peeking at the blocks, like the progress, not as a trigger.
 _SAVING = b"Saving model checkpoint to"
@@ -74,7 +79,11 @@ FRAME_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (SAVING, re.compile(r"in (?:_save_checkpoint|save_model|_save|save_pretrained|save_checkpoint|"
                         r"_save_zero_checkpoint|save_16bit_model|_save_optimizer_and_scheduler|save_state)$|zero_to_fp32")),
     (FIRST_STEP, re.compile(r'trainer\.py", line \d+, in (?:train|_inner_training_loop|training_step|compute_loss)$|'
-                            r"in (?:training_step|_inner_training_loop)$")),
+                            r"in (?:training_step|_inner_training_loop)$|"
+                            # a custom loop's step: the DeepSpeed engine's, accelerate's, autograd's
+                            r'deepspeed/runtime/engine\.py", line \d+, in (?:forward|backward|step|no_sync|_backward_epilogue|'
+                            r'allreduce_gradients|_take_model_step)$|accelerate/accelerator\.py", line \d+, in (?:backward|accumulate|no_sync)$|'
+                            r'torch/(?:_tensor|autograd/__init__)\.py", line \d+, in backward$')),
     (DATA, re.compile(r"llamafactory/data/|/datasets/(?:arrow_dataset|load|builder|iterable_dataset)\.py|"
                       r"in (?:get_dataset|_get_merged_dataset|_load_single_dataset|_get_preprocessed_dataset|"
                       r"load_dataset|align_dataset|preprocess_dataset)$")),
@@ -332,6 +341,9 @@ def _progress_before(block: bytes, end: int, total: int | None, start: int) -> t
     loss = max(block.rfind(lit, start, end) for lit in _LOSS)
     if loss >= 0:
         found.append((loss, Mark(-1, 0.0, TRAINING, None, None, _text(block, loss))))
+    user = _user_progress(block, max(start, loss + 1), end)
+    if user >= 0:
+        found.append((user, Mark(-1, 0.0, TRAINING, None, None, _text(block, user))))
     ds = block.rfind(b"] step=", start, end)
     m = _DS_STEP.match(block, ds) if ds >= 0 else None
     if m:
@@ -351,6 +363,21 @@ def _progress_before(block: bytes, end: int, total: int | None, start: int) -> t
         if stepped:
             mark.step, mark.total = stepped[-1].step, stepped[-1].total
     return pos, mark
+
+
+def _user_progress(block: bytes, start: int, end: int) -> int:
+    """Where the last progress line of a custom loop ('step N ... loss X') starts in
+    block[start:end], or -1; only the last few 'loss' words are looked at."""
+    pos = end
+    for _ in range(USER_TRIES):
+        hit = block.rfind(_USER_LOSS, start, pos)
+        if hit < 0:
+            return -1
+        seg = max(block.rfind(b"\n", 0, hit), block.rfind(b"\r", 0, hit)) + 1
+        if _USER_STEP.search(block, seg, min(hit + 32, len(block))):
+            return seg
+        pos = hit
+    return -1
 
 
 def _last_bar(block: bytes, start: int, end: int, total: int | None) -> tuple[int, int, int] | None:

@@ -27,6 +27,7 @@ BASE_TRIGGERS = (
     "Out of memory", "assert", "Assert", "Root Cause", "local_rank", "^C", "==", "Successfully installed",
     "not allowed", "not enough", "insufficient", "requires", "Please", "please", "Make sure",
     "deprecated", "refused", "Refused", "denied", "Denied", "panic", "Fatal", "fatal", "StopIteration",
+    "No module named",
 )
 CONTINUATION_LINES = 6  # lines after an exception line kept as its message
 BOX_LINES = 400  # lines of a rich boxed traceback read after its header, up to the line under the box
