@@ -97,6 +97,11 @@ def is_note(r: ProbeResult) -> bool:
     return r.status is Status.WARN and not r.findings
 
 
+def is_warning(r: ProbeResult) -> bool:
+    """A warning about something here (a finding of warning weight), not a note."""
+    return r.status is Status.WARN and bool(r.findings)
+
+
 def overall(results: list[ProbeResult]) -> str:
     """fail, error (a probe crashed), warn (a finding of warning weight) or pass (notes included)."""
     statuses = {r.status for r in results}
@@ -104,7 +109,7 @@ def overall(results: list[ProbeResult]) -> str:
         return "fail"
     if Status.ERROR in statuses:
         return "error"
-    return "warn" if any(r.status is Status.WARN and not is_note(r) for r in results) else "pass"
+    return "warn" if any(map(is_warning, results)) else "pass"
 
 
 def summary_line(results: list[ProbeResult]) -> str:
@@ -116,7 +121,7 @@ def summary_line(results: list[ProbeResult]) -> str:
     if overall(results) == "pass":
         return f"[green]•[/] No issues found! ({counts}){noted}"
     failed = sum(r.status is Status.FAIL for r in results)
-    warned = sum(r.status is Status.WARN and not is_note(r) for r in results)
+    warned = sum(map(is_warning, results))
     crashed = sum(r.status is Status.ERROR for r in results)
     parts = [f"{n} {w}" for n, w in ((failed, "failed"), (warned, "with warnings"), (crashed, "crashed")) if n]
     codes = sorted({f.code for r in results for f in r.findings})

@@ -62,10 +62,10 @@ def options_from_args(args) -> Options:
 
 
 def exit_code(results, strict: bool) -> int:
-    from ..check.report import is_note
+    from ..check.report import is_warning
 
     statuses = {r.status for r in results}
-    if Status.FAIL in statuses or (strict and any(r.status is Status.WARN and not is_note(r) for r in results)):
+    if Status.FAIL in statuses or (strict and any(map(is_warning, results))):
         return EXIT_FAILURE
     if Status.ERROR in statuses:
         return EXIT_CRASH
@@ -154,12 +154,11 @@ def run_check(args) -> int:
     results = mask_data(results)  # no secret of the environment in any output
     if args.share is not None:
         share_check(results, args.share)
+    code = exit_code(results, args.strict)
     if args.json:
-        code = exit_code(results, args.strict)
         sys.stdout.write(json.dumps({"schema": SCHEMA, "version": __version__, "status": overall(results), "exit_code": code,
                                      "notes": [r.id for r in results if is_note(r)],
                                      "probes": [r.to_json() for r in results]}, ensure_ascii=False) + "\n")
-        return code
     else:
         render_results(results, Console(highlight=False), verbose=args.verbose)
-    return exit_code(results, args.strict)
+    return code

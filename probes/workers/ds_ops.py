@@ -86,28 +86,24 @@ def head_start(op):
         threading.Thread(target=early, daemon=True).start()
 
 
-_cpu_info = {}
-_cpu_info_ready = threading.Event()
-
-
 def share_cpu_info():
     try:
         import cpuinfo
     except Exception:  # noqa: BLE001 - DeepSpeed falls back to lscpu by itself
         return
-    query = cpuinfo.get_cpu_info
+    query, answer, ready = cpuinfo.get_cpu_info, {}, threading.Event()
 
     def get_cpu_info():
-        _cpu_info_ready.wait()
-        return dict(_cpu_info["info"]) if "info" in _cpu_info else query()
+        ready.wait()
+        return dict(answer["info"]) if "info" in answer else query()
 
     cpuinfo.get_cpu_info = get_cpu_info
     try:
-        _cpu_info["info"] = query()
+        answer["info"] = query()
     except Exception:  # noqa: BLE001
         pass
     finally:
-        _cpu_info_ready.set()
+        ready.set()
 
 
 def open_cuda():
