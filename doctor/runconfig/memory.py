@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 from ..text import GiB
 CUDA_OVERHEAD = 1.5 * GiB  # context, NCCL buffers, allocator slack
+# bytes a parameter of the largest layer that stay on the GPU under ZeRO-3 with offload: DeepSpeed's
+# estimator says 4; one H200 measured 8 in all three offloaded ZeRO-3 rows of docs/memory.md
+# (full with optimizer offload, full and LoRA with parameter offload)
+OFFLOAD_LARGEST = 8
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host-side offload buffers
 
 
@@ -198,17 +202,18 @@ def model_states(shape: ModelShape, stage: int, offload: str, gpus: int, gpus_pe
             gpu = base + dequant_buffer(shape, quant) + 4 * trainable
             host = 12 * trainable * gpus_per_node
             if offload == "optimizer+params" and stage == 3:
-                gpu = 4 * shape.largest_layer_params
+                gpu = OFFLOAD_LARGEST * shape.largest_layer_params
                 host += frozen * HOST_BUFFER_FACTOR
         return gpu, host
-    largest = 4 * shape.largest_layer_params
+    largest = (OFFLOAD_LARGEST if offload != "none" else 4) * shape.largest_layer_params
     if stage == 0:
         return 16 * total, 0.0
     if stage == 1:
         return 4 * total + 12 * total / gpus, 0.0
     if stage == 2:
         if offload != "none":
-            return 2 * total, total * max(4 * gpus, 16) * HOST_BUFFER_FACTOR
+            # the largest layer's 16-bit gradient waits on the GPU for its copy to the host
+            return 2 * total + 2 * shape.largest_layer_params, total * max(4 * gpus, 16) * HOST_BUFFER_FACTOR
         return 2 * total + 14 * total / gpus, 0.0
     if offload == "optimizer+params":
         return largest, total * max(4 * gpus, 18) * HOST_BUFFER_FACTOR
@@ -226,7 +231,7 @@ def activations(shape: ModelShape, micro_batch: int, seq: int, checkpointing: bo
         acts = shape.layers * 2 * s * b * h + per_layer
     else:
         acts = shape.layers * per_layer
-    logits = 10 * b * s * shape.vocab  # bf16 logits, fp32 upcast for the loss, and its gradient
+    logits = 12 * b * s * shape.vocab  # bf16 logits, their fp32 upcast for the loss, both gradients
     return acts + logits
 
 
