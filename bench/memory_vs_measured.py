@@ -60,23 +60,43 @@ def ds_config(stage: int, offload: str, micro: int, on_gpu: bool) -> dict:
             "steps_per_print": 10 ** 9, "wall_clock_breakdown": False}
 
 
-def build_model(row: dict, cfg: dict, ds: dict, on_gpu: bool):
+def _quantized(config, dtype, stage: int, ds: dict, on_gpu: bool, outdir: str):
+    """A 4-bit model as LLaMA-Factory loads one for QLoRA: nf4, double quantization, the compute dtype as
+    quant storage (what lets ZeRO-3 partition it), the whole model on this rank's GPU unless ZeRO-3."""
+    import torch
+    import transformers
+    from transformers.integrations import HfDeepSpeedConfig
+
+    ckpt = os.path.join(outdir, f"bf16-checkpoint-{os.environ.get('RANK', '0')}")  # one per rank: no race
+    transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).save_pretrained(ckpt)
+    quant = transformers.BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_use_double_quant=True,
+        bnb_4bit_quant_type="nf4", bnb_4bit_quant_storage=dtype)
+    kwargs = {"quantization_config": quant, "dtype": dtype, "attn_implementation": "sdpa"}
+    keep = HfDeepSpeedConfig(ds) if stage == 3 else None
+    if stage != 3:
+        kwargs["device_map"] = {"": torch.cuda.current_device() if on_gpu else "cpu"}
+    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, **kwargs)
+    del keep
+    return model
+
+
+def build_model(row: dict, cfg: dict, ds: dict, on_gpu: bool, outdir: str = ""):
     """The model as LLaMA-Factory loads it for training (bf16, SDPA, checkpointing, LoRA in fp32)."""
     import torch
     import transformers
     from transformers.integrations import HfDeepSpeedConfig
 
-    keep = HfDeepSpeedConfig(ds) if row["stage"] == 3 else None  # zero.Init for from_config, as from_pretrained
     config = transformers.Qwen2Config(**{k: v for k, v in cfg.items() if k not in ("model_type", "architectures")})
     config._attn_implementation = "sdpa"
     dtype = torch.bfloat16 if on_gpu else torch.float32
-    kwargs = {}
-    if row["method"] == "qlora":
-        kwargs["quantization_config"] = transformers.BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_use_double_quant=True,
-            bnb_4bit_quant_type="nf4")
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+    if row["method"] == "qlora":  # bitsandbytes quantizes while loading weights: save a checkpoint, load it
+        model = _quantized(config, dtype, row["stage"], ds, on_gpu, outdir)
+        keep = HfDeepSpeedConfig(ds) if row["stage"] == 3 else None
+    else:
+        keep = HfDeepSpeedConfig(ds) if row["stage"] == 3 else None  # zero.Init for from_config, as from_pretrained
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
     model.enable_input_require_grads()
     if row["method"] in ("lora", "qlora"):
@@ -99,7 +119,7 @@ def run_row(w) -> dict:
         torch.cuda.set_device(w.local_rank)
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo")
     ds = ds_config(row["stage"], row["offload"], row["micro"], on_gpu)
-    model, keep = build_model(row, w.args["config"], ds, on_gpu)
+    model, keep = build_model(row, w.args["config"], ds, on_gpu, w.outdir)
     trainable = [p for p in model.parameters() if p.requires_grad]
     if row["offload"] != "none":
         from deepspeed.ops.adam import DeepSpeedCPUAdam
@@ -246,11 +266,9 @@ def print_table(results: list[dict], on_gpu: bool, header: bool = True) -> None:
 def methods_here(on_gpu: bool) -> tuple[list[str], str]:
     import importlib.util
 
-    if not on_gpu:
-        return ["full", "lora"], "QLoRA not run: bitsandbytes needs a GPU"
     if importlib.util.find_spec("bitsandbytes") is None:
         return ["full", "lora"], "QLoRA not run: bitsandbytes is not installed"
-    return ["full", "lora", "qlora"], ""
+    return ["full", "lora", "qlora"], ""  # bitsandbytes >= 0.46 quantizes on the CPU too
 
 
 def gpu_count() -> int:
