@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -49,11 +50,12 @@ class Limit:
 
 
 class SharedWorker:
-    def __init__(self, python: str, args: dict, limits: list[Limit], env: dict[str, str] | None = None):
+    def __init__(self, python: str, args: dict, limits: list[Limit], env: dict[str, str] | None = None,
+                 script: str | None = None):
         self.python = python
         self.args = args
         self.limits = limits  # in the order the worker answers them; the first also covers its start-up
-        self.command = [python, worker_script("stack"), "--args", json.dumps(args)]
+        self.command = [python, script or worker_script("stack"), "--args", json.dumps(args)]
         self.token = uuid.uuid4().hex
         self._env = dict(os.environ, **(env or {}))
         self._env[TOKEN_VAR] = self.token
@@ -118,7 +120,8 @@ class SharedWorker:
         workdir = tempfile.mkdtemp(prefix="mgft-doctor-")
         outer = sum(lim.busy_s or lim.seconds for lim in self.limits) + 60.0  # each section has its own below
         try:
-            rc, _, _, _ = run_limited(self.command, self._env, workdir, outer, self.token, write_fd)
+            rc, _, _, _ = run_limited(self.command, self._env, workdir, outer, self.token, write_fd,
+                                      orphan_dirs=(workdir,))
         except OSError as exc:
             rc, self.start_error = None, f"cannot run {self.python}: {exc}"
         except BaseException:  # noqa: BLE001 - stopped (Ctrl-C): nothing more comes
@@ -126,8 +129,6 @@ class SharedWorker:
         finally:
             os.close(write_fd)
             reader.join(timeout=30)
-            import shutil
-
             shutil.rmtree(workdir, ignore_errors=True)
             with self._cond:
                 self.returncode = rc
