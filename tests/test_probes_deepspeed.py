@@ -362,15 +362,15 @@ def test_ops_the_shared_worker_never_reaches_run_in_workers_of_their_own(tmp_pat
 
 
 @pytest.mark.slow
-def test_install_and_ops_through_the_shared_worker():
-    """The check's own path: one interpreter reads the facts, examines the install and builds (in
-    the doctor's default cache, as check does), loads and runs cpu_adam; each probe has its
-    verdict; nothing is left running."""
+def test_install_and_ops_through_the_shared_worker(ds_cache):
+    """The check's own path: one interpreter reads the facts, examines the install and builds,
+    loads and runs cpu_adam (in the session's cache, built once); each probe has its verdict;
+    nothing is left running."""
     from mgft_doctor.check.runner import run_all
     from mgft_doctor.launch.processes import processes_with_token
     from mgft_doctor.probes import gpu_visible
 
-    ctx = Context(Options(timeout=600.0))
+    ctx = Context(Options(cache_dir=ds_cache, timeout=600.0))
     results = run_all([gpu_visible.PROBE, deepspeed_install.PROBE, deepspeed_ops.PROBE], ctx)
     worker = ctx.__dict__["shared"]
     assert worker is not None and worker.ended and processes_with_token(worker.token) == []
