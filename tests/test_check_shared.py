@@ -6,10 +6,14 @@ speak the workers' protocol (probes/workers/_protocol.py), run through run_limit
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import textwrap
 import time
 
+import pytest
 from mgft_doctor.check.shared import Limit, SharedWorker
 from mgft_doctor.launch.processes import processes_with_token
 from mgft_doctor.launch import workers_dir
@@ -110,3 +114,26 @@ def test_a_python_that_cannot_start(tmp_path):
     facts = w.section("facts")
     assert facts.payload is None and facts.log.startswith(f"cannot run {tmp_path / 'no-python'}: ")
     w.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+                         ids=["sigint", "sigterm"])
+def test_the_whole_check_stopped_while_the_shared_worker_runs(tmp_path, sig, code, word):
+    """Ctrl-C or SIGTERM while the shared worker reads the facts: one line, no process left."""
+    from launch_helpers import MARK_VAR, kill_marked, marked_processes, new_mark, wait_until
+
+    mark = new_mark()
+    env = dict(os.environ, **{MARK_VAR: mark})
+    doctor = subprocess.Popen([sys.executable, "-m", "mgft_doctor", "check", "--json"], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: any("stack.py" in cmd for _, cmd in marked_processes(mark)), 60)
+        doctor.send_signal(sig)
+        out, err = doctor.communicate(timeout=60)
+    finally:
+        doctor.kill()
+        left = marked_processes(mark)
+        kill_marked(mark)
+    assert doctor.returncode == code and err == f"mgft-doctor: {word}\n" and out == ""
+    assert left == []
