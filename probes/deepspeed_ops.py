@@ -100,9 +100,10 @@ def _incompatible(op: str, run: ScriptRun, data: dict) -> Finding:
 
 
 def run(ctx: Context):
-    """Starts at once (Probe.early), on what the machine's device nodes suggest (gpus_likely): the op
-    workers take seconds to import torch and DeepSpeed, as long as the facts take to arrive; when the
-    facts then disagree, the ops the machine really needs and that have not run yet run after."""
+    """Starts at once (Probe.early). In a check the ops are the shared worker's last sections (see
+    shares). Alone, on what the machine's device nodes suggest (gpus_likely): the op workers take
+    seconds to import torch and DeepSpeed, as long as the facts take to arrive; when the facts then
+    disagree, the ops the machine really needs and that have not run yet run after."""
     o = ctx.options
     config = ctx.run_config or RunConfig()
     t0 = time.monotonic()
