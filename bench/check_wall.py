@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -55,13 +56,20 @@ def accelerate_config(folder: Path, gpus: int) -> Path:
     return path
 
 
-def timed(cmd: list[str], env: dict, cwd: str, timeout: float) -> tuple[float, int, str]:
-    t0 = time.perf_counter()
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(cmd: list[str], env: dict, cwd: str, timeout: float) -> tuple[float, int, str, float]:
+    """(wall seconds, exit code, stdout, CPU seconds of the command and every process it reaped:
+    on a machine of few cores the wall time follows the CPU time, so both are shown)."""
+    t0, cpu0 = time.perf_counter(), _children_cpu()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-        return time.perf_counter() - t0, p.returncode, p.stdout
+        return time.perf_counter() - t0, p.returncode, p.stdout, _children_cpu() - cpu0
     except subprocess.TimeoutExpired:
-        return time.perf_counter() - t0, 124, ""
+        return time.perf_counter() - t0, 124, "", _children_cpu() - cpu0
 
 
 def main() -> int:
@@ -83,27 +91,32 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="check-wall-") as tmp:
         cfg = accelerate_config(Path(tmp), gpu_count(args.python))
         check_s, serial_s, accel_s, rows = [], [], [], []
+        check_cpu, accel_cpu = [], []
         for i in range(args.repeats):
             for label, times, extra in (("check", check_s, {}), ("check serial", serial_s, {"MGFT_DOCTOR_SERIAL": "1"})):
                 if times is serial_s and not args.serial:
                     continue
                 cmd = [doctor, "check", "--json", "--python", args.python] + (["--skip", args.skip] if args.skip else [])
-                s, rc, out = timed(cmd, {**env, **extra}, tmp, args.timeout)
+                s, rc, out, cpu = timed(cmd, {**env, **extra}, tmp, args.timeout)
                 times.append(s)
+                if times is check_s:
+                    check_cpu.append(cpu)
                 try:
                     probes = json.loads(out)["probes"]
                     rows.append({p["id"]: round(p["duration_s"], 1) for p in probes if p.get("duration_s")})
                 except (ValueError, KeyError):
                     rows.append({"exit": rc})
-                print(f"{label} #{i + 1}: {s:.1f} s (exit {rc}); probes {rows[-1]}", file=sys.stderr)
-            s, rc, _ = timed([args.accelerate, "test", "--config_file", str(cfg)], env, tmp, args.timeout)
+                print(f"{label} #{i + 1}: {s:.1f} s, CPU {cpu:.1f} s (exit {rc}); probes {rows[-1]}", file=sys.stderr)
+            s, rc, _, cpu = timed([args.accelerate, "test", "--config_file", str(cfg)], env, tmp, args.timeout)
             accel_s.append(s)
-            print(f"accelerate test #{i + 1}: {s:.1f} s (exit {rc})", file=sys.stderr)
+            accel_cpu.append(cpu)
+            print(f"accelerate test #{i + 1}: {s:.1f} s, CPU {cpu:.1f} s (exit {rc})", file=sys.stderr)
     check_m, accel_m = statistics.median(check_s), statistics.median(accel_s)
     result = {"check_s": [round(x, 1) for x in check_s], "accelerate_test_s": [round(x, 1) for x in accel_s],
               "check_median_s": round(check_m, 1), "accelerate_test_median_s": round(accel_m, 1),
               "ratio": round(check_m / accel_m, 2), "target_ratio": 0.5, "probes": rows,
               "check_serial_s": [round(x, 1) for x in serial_s],
+              "check_cpu_s": [round(x, 1) for x in check_cpu], "accelerate_test_cpu_s": [round(x, 1) for x in accel_cpu],
               "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 1)}
     if args.json:
         print(json.dumps(result))
@@ -114,6 +127,8 @@ def main() -> int:
             print(f"mgft-doctor check, one probe at a time: {statistics.median(serial_s):.1f} s "
                   f"({', '.join(f'{x:.1f}' for x in serial_s)}); ratio {statistics.median(serial_s) / accel_m:.2f}")
         print(f"accelerate test:   {accel_m:.1f} s ({', '.join(f'{x:.1f}' for x in accel_s)})")
+        print(f"CPU seconds (all processes): check {statistics.median(check_cpu):.1f}, accelerate test "
+              f"{statistics.median(accel_cpu):.1f}")
         print(f"ratio check / accelerate test: {result['ratio']:.2f} (target <= 0.5); "
               f"{result['cpus']} CPUs, load {result['load_1min']}")
     return 0

@@ -11,6 +11,7 @@ import os
 from mgft_doctor.check.context import Context
 from mgft_doctor.check.launch_findings import explain_log
 from mgft_doctor.check.probe import Finding, Probe, Status, Verdict, verdict
+from mgft_doctor.check.shared import Limit
 from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.script import ScriptRun, run_script
 from mgft_doctor.runconfig import RunConfig
@@ -31,9 +32,17 @@ def _major_minor(v: str | None) -> tuple[int, int] | None:
         return None
 
 
+def shares(ctx: Context):
+    """The examination is the shared worker's second section, after the facts: torch is imported
+    there already (Probe.shares)."""
+    return {"ds_install": True}, [Limit("ds_install", ctx.options.timeout)]
+
+
 def run(ctx: Context):
     o = ctx.options
-    res = run_script(o.python, worker_script("ds_install"), {}, timeout=o.timeout)
+    res = ctx.shared_section("ds_install")
+    if res is None:  # no shared worker, or it never got here: a worker of its own, as always
+        res = run_script(o.python, worker_script("ds_install"), {}, timeout=o.timeout)
     if res.payload is None:
         return no_answer(res, o.python)
     return judge(res.payload, o.python, ctx.run_config or RunConfig(), round(res.wall_s, 2))
@@ -358,4 +367,4 @@ def stale_locks(d: dict) -> tuple[list[Finding], list[str]]:
     return findings, []
 
 
-PROBE = Probe(ID, TITLE, run)
+PROBE = Probe(ID, TITLE, run, shares=shares)

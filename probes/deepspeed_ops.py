@@ -17,6 +17,7 @@ from mgft_doctor.check.context import Context
 from mgft_doctor.check.facts import gpus_likely
 from mgft_doctor.check.launch_findings import explain_log
 from mgft_doctor.check.probe import Finding, Probe, Status, verdict
+from mgft_doctor.check.shared import Limit
 from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.script import ScriptRun, run_script
 from mgft_doctor.runconfig import RunConfig
@@ -99,20 +100,26 @@ def _incompatible(op: str, run: ScriptRun, data: dict) -> Finding:
 
 
 def run(ctx: Context):
-    """Starts at once (Probe.early), on what the machine's device nodes suggest (gpus_likely): the op
-    workers take seconds to import torch and DeepSpeed, as long as the facts take to arrive; when the
-    facts then disagree, the ops the machine really needs and that have not run yet run after."""
+    """Starts at once (Probe.early). In a check the ops are the shared worker's last sections (see
+    shares). Alone, on what the machine's device nodes suggest (gpus_likely): the op workers take
+    seconds to import torch and DeepSpeed, as long as the facts take to arrive; when the facts then
+    disagree, the ops the machine really needs and that have not run yet run after."""
     o = ctx.options
     config = ctx.run_config or RunConfig()
-    guess = gpus_likely()
-    ops = config.deepspeed_ops(guess)
     t0 = time.monotonic()
     deadline = t0 + o.timeout
-    runs = dict(_run_workers([n for n, _ in ops], o, deadline))
+    shared = ctx.shared
+    if shared is not None and shared.asked("op:"):
+        ops, runs = _shared_runs(ctx, config, shared, deadline)
+    else:
+        guess = gpus_likely()
+        ops = config.deepspeed_ops(guess)
+        runs = dict(_run_workers([n for n, _ in ops], o, deadline))
+        gpu = ctx.facts.gpu_count > 0
+        if gpu != guess:
+            ops = config.deepspeed_ops(gpu)
+            runs.update(_run_workers([n for n, _ in ops if n not in runs], o, deadline))
     gpu = ctx.facts.gpu_count > 0
-    if gpu != guess:
-        ops = config.deepspeed_ops(gpu)
-        runs.update(_run_workers([n for n, _ in ops if n not in runs], o, deadline))
     if not ops:
         return verdict("nothing to JIT-build for this run: the HF Trainer supplies a torch optimizer (no optimizer "
                        "section in the DeepSpeed JSON, no offload) or the run does not use DeepSpeed",
@@ -151,6 +158,49 @@ def run(ctx: Context):
     return verdict(summary, findings, metrics, details)
 
 
+def shares(ctx: Context):
+    """The ops' builds are the shared worker's last sections (Probe.shares): it has imported torch
+    and DeepSpeed by then. It builds the ops for a GPU when torch sees one there, else those for
+    the CPU accelerator, as run() picks them from the facts; where builds run side by side
+    (SIDE_BY_SIDE_CPUS), the ops after the first of the device nodes' guess build in workers of
+    their own, started at once."""
+    o = ctx.options
+    config = ctx.run_config or RunConfig()
+    guess = gpus_likely()
+    ops_gpu, ops_cpu = [n for n, _ in config.deepspeed_ops(True)], [n for n, _ in config.deepspeed_ops(False)]
+    likely = ops_gpu if guess else ops_cpu
+    elsewhere = likely[1:] if len(likely) > 1 and (os.cpu_count() or 1) >= SIDE_BY_SIDE_CPUS else []
+    args = {"ops_gpu": ops_gpu, "ops_cpu": ops_cpu, "elsewhere": elsewhere, "gpus_likely": guess,
+            "cache_root": _cache_root(o), "workdir": _aio_dir(o, ops_gpu + ops_cpu)}
+    busy = None if o.hard_timeout else max(o.timeout, BUILD_BUSY_LIMIT_S)
+    return args, [Limit("op:", o.timeout, busy, group="ops")]
+
+
+def _shared_runs(ctx: Context, config: RunConfig, shared, deadline: float):
+    """(the ops the facts call for, each op's run): from the shared worker's sections, from the
+    workers started beside it (`elsewhere`), and from workers of their own for any op neither
+    reached (the worker stopped or died before it; the facts differ from the device nodes' guess)."""
+    o = ctx.options
+    beside = list(shared.args.get("elsewhere") or [])
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgft-ds-op-beside") as pool:
+        side = pool.submit(lambda: dict(_run_workers(beside, o, deadline, side_by_side=True))) if beside else None
+        gpu = ctx.facts.gpu_count > 0
+        ops = config.deepspeed_ops(gpu)
+        runs = {n: shared.section(f"op:{n}") for n, _ in ops if n not in beside}
+        if side is not None:
+            runs.update(side.result())
+    missing = [n for n, _ in ops if runs.get(n) is None]
+    runs.update(_run_workers(missing, o, deadline))
+    return ops, runs
+
+
+def _aio_dir(o, names) -> str:
+    workdir = os.path.join(o.cache_dir, "aio-probe")
+    if "async_io" in names:
+        os.makedirs(workdir, exist_ok=True)
+    return workdir
+
+
 def _cache_root(o) -> str:
     root = os.path.join(o.cache_dir, "torch_extensions")
     os.makedirs(root, exist_ok=True)
@@ -164,7 +214,7 @@ BUILD_BUSY_LIMIT_S = 1800.0
 SIDE_BY_SIDE_CPUS = 8  # with fewer cores, builds side by side would each take as long as all of them
 
 
-def _run_workers(names: list[str], o, deadline: float):
+def _run_workers(names: list[str], o, deadline: float, side_by_side: bool = False):
     """(op, its worker's run) for each op, in the given order. Each op's worker imports DeepSpeed
     and builds (or loads) it in its own process, so on a machine with cores to spare they run side
     by side, each under the whole time limit; otherwise one after another, each getting what the
@@ -178,7 +228,7 @@ def _run_workers(names: list[str], o, deadline: float):
         return run_script(o.python, worker_script("ds_ops"), args, timeout=left,
                           busy_limit=None if o.hard_timeout else max(left, BUILD_BUSY_LIMIT_S))
 
-    if len(names) > 1 and (os.cpu_count() or 1) >= SIDE_BY_SIDE_CPUS:
+    if len(names) > 1 and (side_by_side or (os.cpu_count() or 1) >= SIDE_BY_SIDE_CPUS):
         with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="mgft-ds-op") as pool:
             runs = [pool.submit(one, n, deadline - time.monotonic()) for n in names]
             yield from zip(names, (r.result() for r in runs))
@@ -303,5 +353,5 @@ def _log_tail(log: str, n: int = 25) -> list[str]:
 
 # early: the op workers import torch and DeepSpeed themselves, so they start beside the facts and
 # deepspeed.install (whose failure, torch or DeepSpeed missing among them, still turns this into a skip)
-PROBE = Probe(ID, TITLE, run, needs=("deepspeed.install",), slow=True, early=True,
+PROBE = Probe(ID, TITLE, run, needs=("deepspeed.install",), slow=True, early=True, shares=shares,
               hint="a first JIT build takes about a minute, then it is cached")

@@ -6,6 +6,7 @@ finding that names the silent ranks."""
 from __future__ import annotations
 
 from mgft_doctor.check.context import Context
+from mgft_doctor.check.facts import gpus_likely
 from mgft_doctor.check.launch_findings import launch_failure_findings
 from mgft_doctor.launch import worker_script
 from mgft_doctor.launch.torchrun import launch
@@ -33,20 +34,24 @@ def worst_link(topo: Topology, n: int) -> str | None:
 
 
 def run(ctx: Context):
+    """Starts at once (Probe.early) where the device nodes show no GPU (gpus_likely): two gloo ranks
+    (or --nproc) need nothing of the facts, so torchrun starts beside the worker reading them; the
+    facts then decide, and a launch on another backend or rank count than they call for is run
+    again as they say. Where a GPU is likely it waits for the facts, as before."""
+    early = None if gpus_likely() else ("gloo", ctx.options.nproc or 2)
+    res = _launch(ctx, *early) if early is not None else None
     backend = ctx.backend
     nproc = ctx.nproc
     gpus = ctx.facts.gpu_count
+    if early != (backend, nproc):
+        res = None
     if backend == "nccl" and nproc > gpus:
         return verdict(f"{nproc} ranks but {gpus} GPU(s)",
                        [Finding(_codes.NPROC_GT_GPUS, f"cannot run {nproc} NCCL ranks on {gpus} GPU(s)",
                                 f"Use --nproc {gpus} or make more GPUs visible.")])
-    sizes = GPU_SIZES_MB if backend == "nccl" else CPU_SIZES_MB
-    args = {"backend": backend, "sizes_mb": sizes, "iters": 10 if backend == "nccl" else 3,
-            "warmup": 3 if backend == "nccl" else 1, "pg_timeout": max(30.0, ctx.options.timeout),
-            "fault": ctx.fault_for(ID)}
+    if res is None:
+        res = _launch(ctx, backend, nproc)
     o = ctx.options
-    res = launch(worker_script("allreduce"), nproc=nproc, timeout=o.timeout, python=o.python, args=args,
-                 nnodes=o.nnodes, node_rank=o.node_rank, master_addr=o.master_addr, master_port=o.master_port)
     world = nproc * o.nnodes
     if not res.ok:
         findings, details = launch_failure_findings(res, f"the {backend} all-reduce on {world} ranks",
@@ -90,4 +95,16 @@ def run(ctx: Context):
     return verdict(summary, findings, metrics, details)
 
 
-PROBE = Probe(ID, TITLE, run, needs=("gpu.visible",), slow=True, ranks=True)
+def _launch(ctx: Context, backend: str, nproc: int):
+    sizes = GPU_SIZES_MB if backend == "nccl" else CPU_SIZES_MB
+    args = {"backend": backend, "sizes_mb": sizes, "iters": 10 if backend == "nccl" else 3,
+            "warmup": 3 if backend == "nccl" else 1, "pg_timeout": max(30.0, ctx.options.timeout),
+            "fault": ctx.fault_for(ID)}
+    o = ctx.options
+    return launch(worker_script("allreduce"), nproc=nproc, timeout=o.timeout, python=o.python, args=args,
+                  nnodes=o.nnodes, node_rank=o.node_rank, master_addr=o.master_addr, master_port=o.master_port)
+
+
+# early: on a machine without GPU device nodes the gloo ranks start beside the facts; gpu.visible
+# still decides (a failure there turns this into the usual needs-skip)
+PROBE = Probe(ID, TITLE, run, needs=("gpu.visible",), slow=True, ranks=True, early=True)

@@ -324,3 +324,59 @@ def test_a_build_past_the_time_limit_is_killed_with_its_compilers(tmp_path):
     time.sleep(0.5)
     assert not workers_left(str(cache)), workers_left(str(cache))  # no ninja / cc1plus left behind
     assert not list(cache.glob("torch_extensions/*/*/lock"))
+
+
+# through the shared worker (doctor/check/shared.py) ---------------------------------------------
+
+def test_ops_the_shared_worker_never_reaches_run_in_workers_of_their_own(tmp_path, monkeypatch):
+    """The shared worker answers the facts (no GPU) and dies before its first op: deepspeed.ops runs
+    that op in a worker of its own, as it does without the shared worker."""
+    import textwrap
+
+    from mgft_doctor.check.shared import Limit, SharedWorker
+    from mgft_doctor.launch import workers_dir
+
+    script = tmp_path / "stack.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(workers_dir())!r})
+        from _protocol import emit, phase
+        phase("section:facts")
+        emit({{"section": "facts", "payload": {{"torch": "2.x", "device_count": 0}}}})
+        os._exit(3)
+    """))
+    seen: list[list[str]] = []
+
+    def workers(names, o, deadline, side_by_side=False):
+        seen.append(list(names))
+        yield from ((n, None) for n in names)
+
+    monkeypatch.setattr(deepspeed_ops, "_run_workers", workers)
+    ctx = Context(Options())
+    args, limits = deepspeed_ops.shares(ctx)
+    ctx.__dict__["shared"] = SharedWorker(sys.executable, args, [Limit("facts", 60), *limits], script=str(script)).start()
+    res = run_probe(deepspeed_ops.PROBE, ctx)
+    assert seen == [["cpu_adam"]]
+    assert [f.message.split()[0] for f in res.findings] == ["cpu_adam"]  # "not built": what the stand-in said
+    ctx.close()
+
+
+@pytest.mark.slow
+def test_install_and_ops_through_the_shared_worker(ds_cache):
+    """The check's own path: one interpreter reads the facts, examines the install and builds,
+    loads and runs cpu_adam (in the session's cache, built once); each probe has its verdict;
+    nothing is left running."""
+    from mgft_doctor.check.runner import run_all
+    from mgft_doctor.launch.processes import processes_with_token
+    from mgft_doctor.probes import gpu_visible
+
+    ctx = Context(Options(cache_dir=ds_cache, timeout=600.0))
+    results = run_all([gpu_visible.PROBE, deepspeed_install.PROBE, deepspeed_ops.PROBE], ctx)
+    worker = ctx.__dict__["shared"]
+    assert worker is not None and worker.ended and processes_with_token(worker.token) == []
+    by_id = {r.id: r for r in results}
+    assert by_id["deepspeed.install"].status is Status.PASS, by_id["deepspeed.install"].findings
+    ops = by_id["deepspeed.ops"]
+    assert ops.status is Status.PASS, (ops.findings, ops.details)
+    assert ops.metrics["ops"]["cpu_adam"]["ran"] is True
+    assert ctx.facts.torch_ok and by_id["gpu.visible"].status in (Status.PASS, Status.WARN)

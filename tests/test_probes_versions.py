@@ -107,6 +107,14 @@ def test_catalog_affects_marks_deepspeed_016_with_old_transformers():
     assert "MGD601" not in hit(transformers="4.46.1")  # no deepspeed: nothing to hit
 
 
+def test_the_probe_reads_every_entry_with_affects_and_only_those():
+    """versions.compat loads the entries with `affects` alone (the whole catalog compiles every
+    pattern): the same entries as the full load has."""
+    subset = vc.entries_with_affects()
+    assert [e.code for e in subset] == [e.code for e in load_catalog() if e.affects]
+    assert "MGD601" in {e.code for e in subset}
+
+
 def test_affects_is_validated():
     base = {"code": "MGD999", "title": "t", "area": "versions", "match": {"signatures": ["x"]},
             "explanation": "e", "fixes": ["f"], "references": ["https://example.org"],

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ..errors import DoctorError
-from .facts import FACTS_TIMEOUT_S, Facts, read_facts
+from .facts import FACTS_TIMEOUT_S, Facts, facts_from, read_facts
 from .probe import ProbeResult
 from .topology import Topology, read_topology
 
@@ -108,11 +108,49 @@ class Context:
     def __init__(self, options: Options):
         self.options = options
         self.results: dict[str, ProbeResult] = {}
+        self.planned: list = []  # the probes this check runs (runner.run_all says): who shares the worker
+
+    def plan(self, probes) -> None:
+        self.planned = list(probes)
+
+    @once
+    def shared(self):
+        """The shared worker (shared.py), started at the first ask when a planned probe shares it
+        and the facts are not known yet; None otherwise (each probe then starts its own worker)."""
+        if "facts" in self.__dict__:
+            return None  # given (a test, the pytest plugin's contexts): nothing to share them with
+        parts = [p.shares(self) for p in self.planned if getattr(p, "shares", None) is not None]
+        if not parts:
+            return None
+        from .shared import Limit, SharedWorker
+
+        args: dict = {}
+        limits = [Limit("facts", FACTS_TIMEOUT_S)]
+        for more_args, more_limits in parts:
+            args.update(more_args)
+            limits += more_limits
+        return SharedWorker(self.options.python, args, limits).start()
+
+    def shared_section(self, name: str):
+        """A section of the shared worker (a ScriptRun; without payload when it stopped or died in
+        it), or None: no shared worker, or it never began that section."""
+        worker = self.shared
+        return worker.section(name) if worker is not None else None
+
+    def close(self) -> None:
+        """The end of the check: nothing of the shared worker outlives it."""
+        worker = self.__dict__.get("shared")
+        if worker is not None:
+            worker.close()
 
     @once
     def facts(self) -> Facts:
-        """torch's view of this machine, read once per context (a subprocess of the examined Python)."""
-        return read_facts(self.options.python, FACTS_TIMEOUT_S)
+        """torch's view of this machine, read once per context (a subprocess of the examined Python:
+        the shared worker's first section when there is one)."""
+        worker = self.shared
+        if worker is None:
+            return read_facts(self.options.python, FACTS_TIMEOUT_S)
+        return facts_from(worker.section("facts"), FACTS_TIMEOUT_S)
 
     @once
     def topology(self) -> Topology:

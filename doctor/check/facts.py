@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from ..launch import worker_script
-from ..launch.script import run_script
+from ..launch.script import ScriptRun, run_script
 
 FACTS_TIMEOUT_S = 90
 
@@ -47,7 +47,11 @@ def gpus_likely(env: dict | None = None) -> bool:
 
 def read_facts(python: str, timeout: float = FACTS_TIMEOUT_S) -> Facts:
     """Run the facts worker in `python`; what went wrong, if anything, is in raw["facts_error"]."""
-    res = run_script(python, worker_script("facts"), {}, timeout=timeout)
+    return facts_from(run_script(python, worker_script("facts"), {}, timeout=timeout), timeout)
+
+
+def facts_from(res: ScriptRun, timeout: float = FACTS_TIMEOUT_S) -> Facts:
+    """The facts in a run of the facts worker (or the shared worker's facts section)."""
     if res.timed_out:
         return Facts({"facts_error": f"reading torch's facts took over {timeout:g} s (a hung driver or import)"})
     if res.payload is None:  # run_script's log says "cannot run PY: ..." when it could not start

@@ -131,6 +131,12 @@ class Probe:
     # subprocesses depend on neither; its applies() must not read the facts); if a need fails,
     # its result is replaced by the usual "needs ..." skip.
     early: bool = False
+    # The part of this probe that the shared worker (check/shared.py, probes/workers/stack.py)
+    # does, in the interpreter that reads the facts: (its arguments, the limits of its sections),
+    # asked when a check that plans this probe starts that worker; it must not read the facts.
+    # The probe takes its sections with Context.shared_section and runs its own worker for any
+    # that did not come.
+    shares: Callable[["Context"], tuple[dict, list]] | None = None  # noqa: F821
     # What a long run of this probe is waiting for, shown beside its seconds on a terminal
     # ("a first JIT build takes about a minute, then it is cached").
     hint: str = ""

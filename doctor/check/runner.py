@@ -85,7 +85,16 @@ def run_all(probes: list[Probe], ctx: Context,
     lane, while the others run beside them in a small pool. The facts every probe reads are
     gathered first, once (by gpu.visible when it comes first); an `early` probe starts at once,
     beside them and beside the probes it needs; any other probe starts once the facts are in and
-    the probes it needs (earlier in the list, as the registry orders them) have finished."""
+    the probes it needs (earlier in the list, as the registry orders them) have finished. The
+    probes that share the worker reading the facts (Probe.shares) get their sections from it."""
+    ctx.plan(probes)
+    try:
+        return _run_all(probes, ctx, on_start, on_done, parallel)
+    finally:
+        ctx.close()
+
+
+def _run_all(probes: list[Probe], ctx: Context, on_start, on_done, parallel: bool) -> list[ProbeResult]:
     if not parallel or len(probes) < 2:
         if parallel and any(p.early for p in probes):  # `--only deepspeed.ops`: the facts arrive meanwhile
             threading.Thread(target=lambda: ctx.facts, daemon=True, name="mgft-facts").start()
@@ -122,8 +131,8 @@ def run_all(probes: list[Probe], ctx: Context,
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgft-ranks") as ranks, \
             ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="mgft-probe") as pool:
         try:
-            for probe in (p for p in rest if p.early):
-                futures[probe.id] = pool.submit(job, probe)
+            for probe in (p for p in rest if p.early):  # a probe that starts ranks keeps to the rank lane
+                futures[probe.id] = (ranks if probe.ranks else pool).submit(job, probe)
             if first is not None:  # gpu.visible: it reads the facts (a subprocess) that every other probe asks for
                 out[first.id] = _run_one(first, ctx, locked(on_start), locked(on_done))
             else:

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,11 +41,30 @@ def nvcc_info(path):
             "output": (text or "")[-400:]}
 
 
-def main():
-    out = {"python": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
-           "bin_dir": os.path.dirname(os.path.abspath(sys.executable)),
-           "env": {k: os.environ.get(k) for k in ENV_VARS}, "path": os.environ.get("PATH", "")}
-    build_tools(out)
+def base() -> dict:
+    return {"python": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
+            "bin_dir": os.path.dirname(os.path.abspath(sys.executable)),
+            "env": {k: os.environ.get(k) for k in ENV_VARS}, "path": os.environ.get("PATH", "")}
+
+
+def start_tools() -> tuple[threading.Thread, dict]:
+    """base() and build_tools() in a thread (its time is spent waiting on `c++ --version` and
+    `ninja --version`), read before anything in this process changes the environment: the shared
+    worker starts it beside `import torch` and hands the dict to collect()."""
+    out = base()
+    thread = threading.Thread(target=build_tools, args=(out,), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def collect(tools: tuple[threading.Thread, dict] | None = None) -> dict:
+    """The whole install payload (the shared worker, stack.py, calls this with its start_tools())."""
+    if tools is None:
+        out = base()
+        build_tools(out)
+    else:
+        tools[0].join()
+        out = tools[1]
     t0 = time.perf_counter()
     torch_facts(out)
     out["torch_import_s"] = round(time.perf_counter() - t0, 2)
@@ -53,7 +73,11 @@ def main():
         t0 = time.perf_counter()
         deepspeed_facts(out)
         out["deepspeed_import_s"] = round(time.perf_counter() - t0, 2)
-    emit(out)
+    return out
+
+
+def main():
+    emit(collect())
 
 
 # --- What a JIT build needs besides CUDA: Python's headers, a C++ compiler, ninja ---------------

@@ -124,15 +124,21 @@ class Stopped(Exception):
         self.stage, self.fields = stage, fields
 
 
-def main():
-    args = script_args()
+def collect(args: dict, started: bool = False) -> dict:
+    """One op's whole payload (the shared worker, stack.py, calls this per op; started: it has
+    made the op's head start already)."""
     out = {"op": args["op"]}
-    head_start(args["op"])
+    if not started:
+        head_start(args["op"])
     try:
         import_build_and_run(args, out)
     except Stopped as stop:
         out.update(stage=stop.stage, **stop.fields)
-    emit(out)
+    return out
+
+
+def main():
+    emit(collect(script_args()))
 
 
 def import_build_and_run(args: dict, out: dict) -> None:

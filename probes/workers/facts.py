@@ -42,7 +42,8 @@ def torch_facts(torch, out: dict) -> None:
     out["devices"] = [device_facts(torch, i) for i in range(count)]
 
 
-def main() -> None:
+def collect() -> dict:
+    """The facts (the shared worker, stack.py, calls this too)."""
     out = {"python": platform.python_version(), "executable": sys.executable,
            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
     phase("import_torch")
@@ -52,7 +53,11 @@ def main() -> None:
         out["torch_error"] = f"{type(exc).__name__}: {exc}"
     else:
         torch_facts(torch, out)
-    emit(out)
+    return out
+
+
+def main() -> None:
+    emit(collect())
 
 
 if __name__ == "__main__":
