@@ -18,7 +18,7 @@ from .match import Candidate, Matcher
 from .phase import TRIGGERS as PHASE_TRIGGERS
 from .phase import PhaseTracker
 from .report import SCHEMA, Diagnosis, ExplainReport
-from .scan import compile_triggers, scan
+from .scan import compile_triggers, scan_blocks
 from .source import LogSource, open_log
 from .versions import LogVersions, installed_versions
 
@@ -57,9 +57,17 @@ def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
         gc.set_threshold(*threshold)
 
 
+MATCHLESS_ENTRIES = 50_000  # texts remembered as matching no catalog pattern; a full set starts again
+MATCHLESS_CHARS = 600  # the matcher remembers no longer line (match.CACHE_MAX_CHARS): asked again, it would search again
+
+
 def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
     """Every salient line goes to the failure reader, the matcher, the version finder and the
-    phase tracker (which also peeks at the blocks)."""
+    phase tracker (which also peeks at the blocks). The scanner hands them a block's lines at a
+    time, and each reader takes the block in one call: none of them depends on another (the
+    tracker keeps a block whose lines hold an error, which is a block's matter too), so each
+    goes through the block on its own, and a line that each has seen before and found to
+    change nothing costs it one set lookup."""
     triggers = _triggers(entries)
     matcher = Matcher(entries)
     reader = FailureReader()
@@ -67,18 +75,25 @@ def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
     phases = PhaseTracker()
     stats: dict = {}
     line_totals: dict[int, int] = {}
-    read_failure, match, find_versions, track = reader.feed, matcher.feed, versions.feed, phases.feed
-    events, logged = reader.events, reader.logged
+    match, slots_of = matcher.feed, matcher.matching_slots
+    matchless: set[str] = set()  # texts no catalog pattern matches: nothing to record for them
     for index, source in enumerate(sources):
         before = stats.get("lines", 0)
-        for line in scan(phases.tap(source, index), triggers, index, stats):
-            counts = len(events), len(logged)
-            read_failure(line)
-            if (len(events) > counts[0] and events[-1].primary) or len(logged) > counts[1]:
-                phases.pin(line)
-            match(line)
-            find_versions(line.text)
-            track(line)
+        for lines in scan_blocks(phases.tap(source, index), triggers, index, stats):
+            pin = reader.feed_block(lines)
+            if pin is not None:
+                phases.pin(pin)
+            for line in lines:
+                text = line.text
+                if text in matchless:
+                    continue
+                match(line)
+                if len(text) <= MATCHLESS_CHARS and not slots_of(text):  # the matcher's own memo answers
+                    if len(matchless) >= MATCHLESS_ENTRIES:
+                        matchless.clear()
+                    matchless.add(text)
+            versions.feed_block(lines)
+            phases.feed_block(lines)
         line_totals[index] = stats.get("lines", 0) - before
     return _Read(reader.finish(), matcher, versions, phases, line_totals, stats)
 

@@ -225,12 +225,23 @@ class _Scanner:
 def scan(source: LogSource, triggers: Triggers, source_index: int = 0,
          stats: dict | None = None) -> Iterator[LogLine]:
     """Yield the salient lines of one log, in order, with 1-based line numbers."""
+    for lines in scan_blocks(source, triggers, source_index, stats):
+        yield from lines
+
+
+def scan_blocks(source: LogSource, triggers: Triggers, source_index: int = 0,
+                stats: dict | None = None) -> Iterator[list[LogLine]]:
+    """The salient lines of one log a block at a time (a non-empty list each, in order), so
+    that the readers behind take a block's lines in one call; the next block is read only
+    when the caller asks for it (the phase tracker watches the blocks go by)."""
     scanner = _Scanner(triggers, source_index)
     line_base = 1  # line number at the start of the current block
     total_bytes = 0
     for block in iter_blocks(source):
         total_bytes += len(block)
-        yield from scanner.block_lines(block, line_base)
+        lines = scanner.block_lines(block, line_base)
+        if lines:
+            yield lines
         line_base += block.count(b"\n")
     if stats is not None:
         stats["bytes"] = stats.get("bytes", 0) + total_bytes
