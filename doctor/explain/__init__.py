@@ -14,7 +14,8 @@ from ..catalog import Entry, load_catalog
 from ..catalog.fixes import choose_fixes
 from .advice import advise
 from .failures import FailureAnalysis, FailureReader, is_consequence
-from .match import Candidate, Matcher
+from .lines import LogLine
+from .match import CACHE_MAX_CHARS, KEEP_FIRST, KEEP_LAST, Candidate, Matcher
 from .phase import TRIGGERS as PHASE_TRIGGERS
 from .phase import PhaseTracker
 from .report import SCHEMA, Diagnosis, ExplainReport
@@ -58,7 +59,45 @@ def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
 
 
 MATCHLESS_ENTRIES = 50_000  # texts remembered as matching no catalog pattern; a full set starts again
-MATCHLESS_CHARS = 600  # the matcher remembers no longer line (match.CACHE_MAX_CHARS): asked again, it would search again
+
+
+def _match_block(matcher: Matcher, lines: list[LogLine], matchless: set[str]) -> None:
+    """Feed a block's lines to the matcher, which keeps, for each set of patterns that matched
+    a line, the first KEEP_FIRST and the last KEEP_LAST lines it was fed (match.Hits). Of the
+    lines of one block with the same set, only the first KEEP_FIRST and the last KEEP_LAST are
+    fed, in order: that keeps the same lines (the first ones of the log are among the first of
+    some blocks, the last ones among the last), and a warning printed at every step costs a
+    dict lookup. Lines no pattern matches are remembered and passed over. A line longer than
+    the matcher remembers would be searched again when asked about: a block with one is fed
+    whole, as it comes."""
+    slots_of = matcher.matching_slots
+    groups: dict[tuple[int, ...], list[LogLine]] = {}
+    for line in lines:
+        text = line.text
+        if text in matchless:
+            continue
+        if len(text) > CACHE_MAX_CHARS:
+            for line in lines:
+                if line.text not in matchless:
+                    matcher.feed(line)
+            return
+        slots = slots_of(text)  # the matcher's own memo answers again when feed() asks
+        if not slots:
+            if len(matchless) >= MATCHLESS_ENTRIES:
+                matchless.clear()
+            matchless.add(text)
+            continue
+        group = groups.get(slots)
+        if group is None:
+            groups[slots] = [line]
+        else:
+            group.append(line)
+    feed = matcher.feed
+    for group in groups.values():
+        if len(group) > KEEP_FIRST + KEEP_LAST:
+            group = group[:KEEP_FIRST] + group[-KEEP_LAST:]
+        for line in group:
+            feed(line)
 
 
 def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
@@ -75,7 +114,6 @@ def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
     phases = PhaseTracker()
     stats: dict = {}
     line_totals: dict[int, int] = {}
-    match, slots_of = matcher.feed, matcher.matching_slots
     matchless: set[str] = set()  # texts no catalog pattern matches: nothing to record for them
     for index, source in enumerate(sources):
         before = stats.get("lines", 0)
@@ -83,15 +121,7 @@ def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
             pin = reader.feed_block(lines)
             if pin is not None:
                 phases.pin(pin)
-            for line in lines:
-                text = line.text
-                if text in matchless:
-                    continue
-                match(line)
-                if len(text) <= MATCHLESS_CHARS and not slots_of(text):  # the matcher's own memo answers
-                    if len(matchless) >= MATCHLESS_ENTRIES:
-                        matchless.clear()
-                    matchless.add(text)
+            _match_block(matcher, lines, matchless)
             versions.feed_block(lines)
             phases.feed_block(lines)
         line_totals[index] = stats.get("lines", 0) - before

@@ -59,14 +59,15 @@ class LogVersions:
         self._known = LineMemo()  # line -> the versions it names: read once however often it repeats
         self._made: list[tuple[str, str]] = []  # (key, version) recorded by the current line
         self._silent: set[str] = set()  # texts _mute() is true of (bounded as LineMemo)
+        self._barren: set[str] = set()  # texts read with no `pip show` pending that named no version (bounded)
 
     def feed_block(self, lines: list[LogLine]) -> None:
         """feed() the text of each line in turn; a text that names no version whatever comes
         before it (no word a version is written with) is passed over after its first time."""
-        silent = self._silent
+        silent, barren = self._silent, self._barren
         for line in lines:
             text = line.text
-            if text in silent:
+            if text in silent or (text in barren and self._pip_show is None):
                 continue
             if _mute(text):
                 if len(text) <= InertLines.MAX_CHARS:
@@ -104,6 +105,10 @@ class LogVersions:
                 self._record(m.group(1), m.group(2))
         if remember:
             self._known.put(text, tuple(self._made))
+            if not self._made and len(text) <= InertLines.MAX_CHARS:
+                if len(self._barren) >= InertLines.MAX_ENTRIES:
+                    self._barren.clear()
+                self._barren.add(text)
 
     def _record(self, name: str, version: str) -> None:
         key = _ALIASES.get(name.lower().replace(" ", ""))
