@@ -59,6 +59,7 @@ class LogVersions:
         self._known = LineMemo()  # line -> the versions it names: read once however often it repeats
         self._made: list[tuple[str, str]] = []  # (key, version) recorded by the current line
         self._silent: set[str] = set()  # texts _mute() is true of (bounded as LineMemo)
+        self._applied: str | None = None  # the text whose versions `found` took last, nothing recorded since
         self._barren: set[str] = set()  # texts read with no `pip show` pending that named no version (bounded)
 
     def feed_block(self, lines: list[LogLine]) -> None:
@@ -67,7 +68,9 @@ class LogVersions:
         silent, barren = self._silent, self._barren
         for line in lines:
             text = line.text
-            if text in silent or (text in barren and self._pip_show is None):
+            if (text in barren or text == self._applied) and self._pip_show is None:
+                continue  # names no version, or names what it named when it was read last
+            if text in silent:
                 continue
             if _mute(text):
                 if len(text) <= InertLines.MAX_CHARS:
@@ -85,7 +88,9 @@ class LogVersions:
             known = self._known.get(text)
             if known is not None:
                 self.found.update(known)
+                self._applied = text
                 return
+        self._applied = None
         self._made = []
         m = _PIP_SHOW.search(text)
         if m:
@@ -105,6 +110,7 @@ class LogVersions:
                 self._record(m.group(1), m.group(2))
         if remember:
             self._known.put(text, tuple(self._made))
+            self._applied = text  # what it names was recorded last: the same line again changes nothing
             if not self._made and len(text) <= InertLines.MAX_CHARS:
                 if len(self._barren) >= InertLines.MAX_ENTRIES:
                     self._barren.clear()
