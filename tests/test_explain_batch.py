@@ -98,11 +98,11 @@ def test_sampled_matcher_keeps_the_same_hits():
         whole, sampled = Matcher(entries), Matcher(entries)
         for line in lines:
             whole.feed(line)
-        matchless: set[str] = set()
+        matched: dict = {}
         i = 0
         while i < len(lines):
             n = rnd.randint(1, 80)
-            _match_block(sampled, lines[i:i + n], matchless)
+            _match_block(sampled, lines[i:i + n], matched)
             i += n
         hits = lambda m: {k: [(ln.no, ln.text) for ln in h.lines()] for k, h in m.hits.items()}  # noqa: E731
         assert hits(sampled) == hits(whole)

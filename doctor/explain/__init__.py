@@ -58,34 +58,34 @@ def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
         gc.set_threshold(*threshold)
 
 
-MATCHLESS_ENTRIES = 50_000  # texts remembered as matching no catalog pattern; a full set starts again
+MATCHED_ENTRIES = 50_000  # texts remembered with the catalog patterns that match them; a full memo starts again
 
 
-def _match_block(matcher: Matcher, lines: list[LogLine], matchless: set[str]) -> None:
+def _match_block(matcher: Matcher, lines: list[LogLine], known: dict[str, tuple[int, ...]]) -> None:
     """Feed a block's lines to the matcher, which keeps, for each set of patterns that matched
     a line, the first KEEP_FIRST and the last KEEP_LAST lines it was fed (match.Hits). Of the
     lines of one block with the same set, only the first KEEP_FIRST and the last KEEP_LAST are
     fed, in order: that keeps the same lines (the first ones of the log are among the first of
     some blocks, the last ones among the last), and a warning printed at every step costs a
-    dict lookup. Lines no pattern matches are remembered and passed over. A line longer than
-    the matcher remembers would be searched again when asked about: a block with one is fed
-    whole, as it comes."""
-    slots_of = matcher.matching_slots
+    dict lookup. known: text -> the slots that match it, as the matcher answered (bounded; the
+    matcher's answer for a text does not change). A line longer than the matcher remembers
+    would be searched again when asked about: a block with one is fed whole, as it comes."""
     groups: dict[tuple[int, ...], list[LogLine]] = {}
+    get = known.get
     for line in lines:
         text = line.text
-        if text in matchless:
-            continue
-        if len(text) > CACHE_MAX_CHARS:
-            for line in lines:
-                if line.text not in matchless:
-                    matcher.feed(line)
-            return
-        slots = slots_of(text)  # the matcher's own memo answers again when feed() asks
+        slots = get(text)
+        if slots is None:
+            if len(text) > CACHE_MAX_CHARS:
+                for line in lines:
+                    if get(line.text) != ():
+                        matcher.feed(line)
+                return
+            slots = matcher.matching_slots(text)  # the matcher's own memo answers again when feed() asks
+            if len(known) >= MATCHED_ENTRIES:
+                known.clear()
+            known[text] = slots
         if not slots:
-            if len(matchless) >= MATCHLESS_ENTRIES:
-                matchless.clear()
-            matchless.add(text)
             continue
         group = groups.get(slots)
         if group is None:
@@ -114,14 +114,14 @@ def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
     phases = PhaseTracker()
     stats: dict = {}
     line_totals: dict[int, int] = {}
-    matchless: set[str] = set()  # texts no catalog pattern matches: nothing to record for them
+    matched: dict[str, tuple[int, ...]] = {}  # text -> the matcher's slots that match it
     for index, source in enumerate(sources):
         before = stats.get("lines", 0)
         for lines in scan_blocks(phases.tap(source, index), triggers, index, stats):
             pin = reader.feed_block(lines)
             if pin is not None:
                 phases.pin(pin)
-            _match_block(matcher, lines, matchless)
+            _match_block(matcher, lines, matched)
             versions.feed_block(lines)
             phases.feed_block(lines)
         line_totals[index] = stats.get("lines", 0) - before
