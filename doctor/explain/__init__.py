@@ -14,11 +14,12 @@ from ..catalog import Entry, load_catalog
 from ..catalog.fixes import choose_fixes
 from .advice import advise
 from .failures import FailureAnalysis, FailureReader, is_consequence
-from .match import Candidate, Matcher
+from .lines import LogLine
+from .match import CACHE_MAX_CHARS, KEEP_FIRST, KEEP_LAST, Candidate, Matcher
 from .phase import TRIGGERS as PHASE_TRIGGERS
 from .phase import PhaseTracker
 from .report import SCHEMA, Diagnosis, ExplainReport
-from .scan import compile_triggers, scan
+from .scan import compile_triggers, scan_blocks
 from .source import LogSource, open_log
 from .versions import LogVersions, installed_versions
 
@@ -57,9 +58,55 @@ def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
         gc.set_threshold(*threshold)
 
 
+MATCHED_ENTRIES = 50_000  # texts remembered with the catalog patterns that match them; a full memo starts again
+
+
+def _match_block(matcher: Matcher, lines: list[LogLine], known: dict[str, tuple[int, ...]]) -> None:
+    """Feed a block's lines to the matcher, which keeps, for each set of patterns that matched
+    a line, the first KEEP_FIRST and the last KEEP_LAST lines it was fed (match.Hits). Of the
+    lines of one block with the same set, only the first KEEP_FIRST and the last KEEP_LAST are
+    fed, in order: that keeps the same lines (the first ones of the log are among the first of
+    some blocks, the last ones among the last), and a warning printed at every step costs a
+    dict lookup. known: text -> the slots that match it, as the matcher answered (bounded; the
+    matcher's answer for a text does not change). A line longer than the matcher remembers
+    would be searched again when asked about: a block with one is fed whole, as it comes."""
+    groups: dict[tuple[int, ...], list[LogLine]] = {}
+    get = known.get
+    for line in lines:
+        text = line.text
+        slots = get(text)
+        if slots is None:
+            if len(text) > CACHE_MAX_CHARS:
+                for line in lines:
+                    if get(line.text) != ():
+                        matcher.feed(line)
+                return
+            slots = matcher.matching_slots(text)  # the matcher's own memo answers again when feed() asks
+            if len(known) >= MATCHED_ENTRIES:
+                known.clear()
+            known[text] = slots
+        if not slots:
+            continue
+        group = groups.get(slots)
+        if group is None:
+            groups[slots] = [line]
+        else:
+            group.append(line)
+    feed = matcher.feed
+    for group in groups.values():
+        if len(group) > KEEP_FIRST + KEEP_LAST:
+            group = group[:KEEP_FIRST] + group[-KEEP_LAST:]
+        for line in group:
+            feed(line)
+
+
 def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
     """Every salient line goes to the failure reader, the matcher, the version finder and the
-    phase tracker (which also peeks at the blocks)."""
+    phase tracker (which also peeks at the blocks). The scanner hands them a block's lines at a
+    time, and each reader takes the block in one call: none of them depends on another (the
+    tracker keeps a block whose lines hold an error, which is a block's matter too), so each
+    goes through the block on its own, and a line that each has seen before and found to
+    change nothing costs it one set lookup."""
     triggers = _triggers(entries)
     matcher = Matcher(entries)
     reader = FailureReader()
@@ -67,18 +114,16 @@ def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
     phases = PhaseTracker()
     stats: dict = {}
     line_totals: dict[int, int] = {}
-    read_failure, match, find_versions, track = reader.feed, matcher.feed, versions.feed, phases.feed
-    events, logged = reader.events, reader.logged
+    matched: dict[str, tuple[int, ...]] = {}  # text -> the matcher's slots that match it
     for index, source in enumerate(sources):
         before = stats.get("lines", 0)
-        for line in scan(phases.tap(source, index), triggers, index, stats):
-            counts = len(events), len(logged)
-            read_failure(line)
-            if (len(events) > counts[0] and events[-1].primary) or len(logged) > counts[1]:
-                phases.pin(line)
-            match(line)
-            find_versions(line.text)
-            track(line)
+        for lines in scan_blocks(phases.tap(source, index), triggers, index, stats):
+            pin = reader.feed_block(lines)
+            if pin is not None:
+                phases.pin(pin)
+            _match_block(matcher, lines, matched)
+            versions.feed_block(lines)
+            phases.feed_block(lines)
         line_totals[index] = stats.get("lines", 0) - before
     return _Read(reader.finish(), matcher, versions, phases, line_totals, stats)
 

@@ -243,6 +243,25 @@ class FailureReader:
         self._inert = InertLines()  # lines that changed nothing: a warning printed every step is read once
         self._detail_for: dict[tuple[int, int | None], FailureEvent] = {}  # a header exception awaiting its message lines
 
+    def feed_block(self, lines: list[LogLine]) -> LogLine | None:
+        """feed() each line in turn; return the first line that added a primary event or a logged
+        error (the phase tracker keeps the block it is in), or None. A line that changed nothing
+        before is passed over here, under feed()'s own condition for that, without a call."""
+        inert = self._inert.texts  # the set itself: a membership test without a Python call
+        opened = self._open
+        events, logged = self.events, self.logged
+        feed = self.feed
+        pin = None
+        for line in lines:
+            if (line.text in inert and not self._in_summary and not self._detail_for
+                    and (not opened or (line.source, line.rank) not in opened)):
+                continue
+            counts = len(events), len(logged)
+            feed(line)
+            if pin is None and ((len(events) > counts[0] and events[-1].primary) or len(logged) > counts[1]):
+                pin = line
+        return pin
+
     def feed(self, line: LogLine) -> None:
         text = line.text
         key = (line.source, line.rank)

@@ -85,6 +85,11 @@ class InertLines:
     def __contains__(self, text: str) -> bool:
         return text in self._texts
 
+    @property
+    def texts(self) -> set[str]:
+        """The set itself (emptied in place when full), for a loop that tests many lines."""
+        return self._texts
+
     def add(self, text: str) -> None:
         if len(text) <= self.MAX_CHARS:
             if len(self._texts) >= self.MAX_ENTRIES:

@@ -131,7 +131,7 @@ class _Track:
     block: int = -1
     first: tuple[int, str] | None = None  # the current block's first salient line
     pending: list[Mark] = field(default_factory=list)  # markers of the current block
-    block_lines: list[tuple[int, str]] = field(default_factory=list)  # its salient lines
+    block_lines: list[list[LogLine]] = field(default_factory=list)  # its salient lines, as fed (lists of them)
     peeked: tuple[int, Mark] | None = None  # the current block's last progress or save
     kept: dict[int, bytes] = field(default_factory=dict)
     pinned: set[int] = field(default_factory=set)  # blocks kept because an error was printed in them
@@ -168,30 +168,40 @@ class PhaseTracker:
         _close_block(track)
 
     def feed(self, line: LogLine) -> None:
-        """A salient line: remembered for ordering the block's peeked mark; a marker when it
-        names a phase. Called for every salient line, so the common path does little."""
+        """A salient line (see feed_block)."""
+        self.feed_block([line])
+
+    def feed_block(self, lines: list[LogLine]) -> None:
+        """Salient lines of one log, in order (a scanned block's): remembered for ordering the
+        block's peeked mark; a marker where one names a phase. Most lines repeat one seen
+        before that named no phase (warnings repeat every step): one set lookup each."""
+        if not lines:
+            return
+        source = lines[0].source
         track = self._track
-        if track is None or track.index != line.source:
-            track = self._track = self.tracks.setdefault(line.source, _Track(index=line.source))
-        text = line.text
+        if track is None or track.index != source:
+            track = self._track = self.tracks.setdefault(source, _Track(index=source))
         if track.first is None:
-            track.first = track.first_line[track.block] = (line.no, text)
-        track.last_line = line.no
+            track.first = track.first_line[track.block] = (lines[0].no, lines[0].text)
+        track.last_line = lines[-1].no
         if track.peeked is not None:
-            track.block_lines.append((line.no, text))
-        if text in self._plain:  # a line seen before that named no phase (warnings repeat every step)
-            return
-        if _ANY_TRIGGER.search(text) is None or _ANY_MARKER.search(text) is None:
-            if len(self._plain) >= PLAIN_CACHE:
-                self._plain.clear()
-            self._plain.add(text)
-            return
-        phase = next(ph for _, p, ph in MARKERS if p.search(text))
-        total = _TOTAL_STEPS.search(text)
-        if total:
-            track.total = int(total.group(1).replace(",", ""))
-        track.pending.append(Mark(track.block, line.no, phase, None, track.total if total else None,
-                                  text.strip()[:300], line.no))
+            track.block_lines.append(lines)
+        plain = self._plain
+        for line in lines:
+            text = line.text
+            if text in plain:
+                continue
+            if _ANY_TRIGGER.search(text) is None or _ANY_MARKER.search(text) is None:
+                if len(plain) >= PLAIN_CACHE:
+                    plain.clear()
+                plain.add(text)
+                continue
+            phase = next(ph for _, p, ph in MARKERS if p.search(text))
+            total = _TOTAL_STEPS.search(text)
+            if total:
+                track.total = int(total.group(1).replace(",", ""))
+            track.pending.append(Mark(track.block, line.no, phase, None, track.total if total else None,
+                                      text.strip()[:300], line.no))
 
     def pin(self, line: LogLine) -> None:
         """An error was printed in the current block: keep its bytes (the first few such
@@ -306,11 +316,11 @@ def _close_block(track: _Track) -> None:
         pos, mark = track.peeked
         data = track.kept.get(track.block, b"")
         after, cursor = None, len(data)
-        for no, text in reversed(track.block_lines):
-            hit = data.rfind(text.strip()[:60].encode("utf-8", "replace"), pos, cursor)
+        for line in (ln for part in reversed(track.block_lines) for ln in reversed(part)):
+            hit = data.rfind(line.text.strip()[:60].encode("utf-8", "replace"), pos, cursor)
             if hit < 0:
                 break
-            after, cursor = no, hit
+            after, cursor = line.no, hit
         mark.block = track.block
         mark.key = after - 0.5 if after is not None else track.last_line + 0.5
         marks = sorted(marks + [mark], key=lambda m: m.key)

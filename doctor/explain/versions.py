@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from importlib import metadata
 
-from .lines import LineMemo
+from .lines import InertLines, LineMemo, LogLine
 
 
 # the distributions whose installed versions matter to a diagnosis (package metadata names)
@@ -44,6 +44,12 @@ _PIP_SHOW = re.compile(r"pip3? show ([\w.-]+)")
 _PIP_SHOW_VERSION = re.compile(r"^Version:\s*" + _V)
 
 
+def _mute(text: str) -> bool:
+    """True when text holds none of the words that every pattern below needs: it names no version."""
+    return ("ersion" not in text and "==" not in text and "-packages/" not in text and "nstalled" not in text
+            and "pip" not in text and "....." not in text)
+
+
 class LogVersions:
     """Collects package versions mentioned in a log; the last mention wins."""
 
@@ -52,17 +58,39 @@ class LogVersions:
         self._pip_show: str | None = None
         self._known = LineMemo()  # line -> the versions it names: read once however often it repeats
         self._made: list[tuple[str, str]] = []  # (key, version) recorded by the current line
+        self._silent: set[str] = set()  # texts _mute() is true of (bounded as LineMemo)
+        self._applied: str | None = None  # the text whose versions `found` took last, nothing recorded since
+        self._barren: set[str] = set()  # texts read with no `pip show` pending that named no version (bounded)
+
+    def feed_block(self, lines: list[LogLine]) -> None:
+        """feed() the text of each line in turn; a text that names no version whatever comes
+        before it (no word a version is written with) is passed over after its first time."""
+        silent, barren = self._silent, self._barren
+        for line in lines:
+            text = line.text
+            if (text in barren or text == self._applied) and self._pip_show is None:
+                continue  # names no version, or names what it named when it was read last
+            if text in silent:
+                continue
+            if _mute(text):
+                if len(text) <= InertLines.MAX_CHARS:
+                    if len(silent) >= InertLines.MAX_ENTRIES:
+                        silent.clear()
+                    silent.add(text)
+                continue
+            self.feed(text)
 
     def feed(self, text: str) -> None:
-        if "ersion" not in text and "==" not in text and "-packages/" not in text and "nstalled" not in text \
-                and "pip" not in text and "....." not in text:
+        if _mute(text):
             return
         remember = self._pip_show is None
         if remember:
             known = self._known.get(text)
             if known is not None:
                 self.found.update(known)
+                self._applied = text
                 return
+        self._applied = None
         self._made = []
         m = _PIP_SHOW.search(text)
         if m:
@@ -82,6 +110,11 @@ class LogVersions:
                 self._record(m.group(1), m.group(2))
         if remember:
             self._known.put(text, tuple(self._made))
+            self._applied = text  # what it names was recorded last: the same line again changes nothing
+            if not self._made and len(text) <= InertLines.MAX_CHARS:
+                if len(self._barren) >= InertLines.MAX_ENTRIES:
+                    self._barren.clear()
+                self._barren.add(text)
 
     def _record(self, name: str, version: str) -> None:
         key = _ALIASES.get(name.lower().replace(" ", ""))
