@@ -188,7 +188,7 @@ def estimate(row: dict, cfg: dict, world: int) -> dict:
     quant = me.quantization_of({"quantization_bit": 4, "quantization_method": "bnb"}, cfg) \
         if row["method"] == "qlora" else None
     gpu, host = me.model_states(shape, row["stage"], row["offload"], world, world, lora, quant)
-    act = me.activations(shape, row["micro"], row["seq"], True, True)
+    act = me.activations(shape, row["micro"], row["seq"], True, True, me.is_bnb_4bit(quant))
     return {"states_bytes": gpu, "activations_bytes": act, "host_bytes": host, "total_bytes": gpu + act,
             "with_overhead_bytes": gpu + act + me.CUDA_OVERHEAD, "params": shape.total_params}
 

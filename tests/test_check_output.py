@@ -5,6 +5,8 @@ to look up, and the overall status and the doctor's version in --json."""
 import json
 
 from mgft_doctor import __version__
+from mgft_doctor.check.probe import ProbeResult, Status
+from mgft_doctor.check.report import summary_line
 from mgft_doctor.probes import _codes
 
 
@@ -41,3 +43,15 @@ def test_a_problem_names_its_code_and_no_line_is_wrapped_in_a_pipe(run_doctor):
     data = json.loads(run_doctor("check", "--only", "gpu.visible", "--nproc", "2", "--json",
                                  env={"CUDA_VISIBLE_DEVICES": "0"})[1])
     assert data["status"] == "fail" and data["exit_code"] == 1
+
+
+
+def test_the_time_given_is_the_checks_wall_time_not_the_sum_of_its_probes(run_doctor):
+    code, out, _ = run_doctor("check", "--only", "gpu.visible,versions.compat", "--json")
+    data = json.loads(out)
+    durations = [p["duration_s"] for p in data["probes"]]
+    assert len(durations) == 2 and data["wall_s"] >= max(durations) - 0.05
+    side_by_side = [ProbeResult("a", "A", Status.PASS, "ok", duration_s=9.0),
+                    ProbeResult("b", "B", Status.PASS, "ok", duration_s=8.0)]
+    assert "(2 probes, 9.5 s)" in summary_line(side_by_side, wall_s=9.5)
+    assert "(2 probes, 17.0 s)" in summary_line(side_by_side)  # no wall time known: the sum

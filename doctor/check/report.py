@@ -73,7 +73,8 @@ class Progress:
 HINT_AFTER_S = 10  # a probe's hint shows once it has run this long
 
 
-def render_results(results: list[ProbeResult], console: Console, verbose: bool = False) -> None:
+def render_results(results: list[ProbeResult], console: Console, verbose: bool = False,
+                   wall_s: float | None = None) -> None:
     """The rows, then one summary line. Off a terminal every line is whole (terminal.Out)."""
     out = Out(console)
     if not verbose:
@@ -88,7 +89,7 @@ def render_results(results: list[ProbeResult], console: Console, verbose: bool =
             for d in r.details:
                 out.item(6, "", f"[dim]{escape(d)}[/]")
     out.blank()
-    out.item(0, "", summary_line(results))
+    out.item(0, "", summary_line(results, wall_s))
 
 
 def is_note(r: ProbeResult) -> bool:
@@ -112,8 +113,10 @@ def overall(results: list[ProbeResult]) -> str:
     return "warn" if any(map(is_warning, results)) else "pass"
 
 
-def summary_line(results: list[ProbeResult]) -> str:
-    total = sum(r.duration_s for r in results)
+def summary_line(results: list[ProbeResult], wall_s: float | None = None) -> str:
+    """The verdict in one line; the time is the check's wall time (probes run side by side, so the
+    sum of their times overstates it), the sum only where the caller has no wall time."""
+    total = wall_s if wall_s is not None else sum(r.duration_s for r in results)
     counts = f"{len(results)} probes, {total:.1f} s"
     notes = [r.id for r in results if is_note(r)]
     noted = (f"; {len(notes)} note{'s' if len(notes) > 1 else ''} on what this machine is, not a problem "

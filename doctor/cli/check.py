@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import sys
+import time
 
 from rich.console import Console
 
@@ -149,7 +150,9 @@ def run_check(args) -> int:
     console = Console(stderr=True, highlight=False)
     progress = Progress(console, enabled=not args.json and console.is_terminal)
     serial = truthy(os.environ.get("MGFT_DOCTOR_SERIAL", ""))  # one probe at a time (bench, debugging)
+    started = time.perf_counter()
     results = run_all(selected, ctx, on_start=progress.start, on_done=progress.done, parallel=not serial)
+    wall_s = time.perf_counter() - started
     progress.stop()
     results = mask_data(results)  # no secret of the environment in any output
     if args.share is not None:
@@ -157,8 +160,8 @@ def run_check(args) -> int:
     code = exit_code(results, args.strict)
     if args.json:
         sys.stdout.write(json.dumps({"schema": SCHEMA, "version": __version__, "status": overall(results), "exit_code": code,
-                                     "notes": [r.id for r in results if is_note(r)],
+                                     "wall_s": round(wall_s, 2), "notes": [r.id for r in results if is_note(r)],
                                      "probes": [r.to_json() for r in results]}, ensure_ascii=False) + "\n")
     else:
-        render_results(results, Console(highlight=False), verbose=args.verbose)
+        render_results(results, Console(highlight=False), verbose=args.verbose, wall_s=wall_s)
     return code

@@ -15,6 +15,9 @@ CUDA_OVERHEAD = 1.5 * GiB  # context, NCCL buffers, allocator slack
 # estimator says 4; one H200 measured 8 in all three offloaded ZeRO-3 rows of docs/memory.md
 # (full with optimizer offload, full and LoRA with parameter offload)
 OFFLOAD_LARGEST = 8
+# QLoRA (bitsandbytes nf4) measured 2.4 GiB more transient memory than LoRA on one H200 in each of its
+# four rows, 8 bytes a logit of that run (docs/memory.md); the cause is not isolated, the amount is
+QLORA_LOGIT_EXTRA = 8
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host-side offload buffers
 
 
@@ -222,23 +225,29 @@ def model_states(shape: ModelShape, stage: int, offload: str, gpus: int, gpus_pe
     return largest + 18 * total / gpus, 0.0
 
 
-def activations(shape: ModelShape, micro_batch: int, seq: int, checkpointing: bool, flash: bool) -> float:
+def is_bnb_4bit(quant: Quantization | None) -> bool:
+    return quant is not None and quant.method == "bnb" and quant.bits == 4
+
+
+def activations(shape: ModelShape, micro_batch: int, seq: int, checkpointing: bool, flash: bool,
+                quantized: bool = False) -> float:
     """Bytes of activations and logits per GPU for one micro-batch (bf16; Korthikanti et al.'s
-    per-layer count s·b·h·(34 + 5·a·s/h), the attention-matrix term gone with flash/SDPA)."""
+    per-layer count s·b·h·(34 + 5·a·s/h), the attention-matrix term gone with flash/SDPA). A
+    bitsandbytes 4-bit base adds QLORA_LOGIT_EXTRA bytes a logit."""
     b, s, h, a = micro_batch, seq, shape.hidden, shape.heads
     per_layer = s * b * h * (34 + (0 if flash else 5 * a * s / h))
     if checkpointing:
         acts = shape.layers * 2 * s * b * h + per_layer
     else:
         acts = shape.layers * per_layer
-    logits = 12 * b * s * shape.vocab  # bf16 logits, their fp32 upcast for the loss, both gradients
+    logits = (12 + (QLORA_LOGIT_EXTRA if quantized else 0)) * b * s * shape.vocab  # bf16 logits, their fp32 upcast, both gradients
     return acts + logits
 
 
 def plans(shape: ModelShape, gpus: int, gpus_per_node: int, micro_batch: int, seq: int,
           lora_rank: int | None, checkpointing: bool = True, flash: bool = True,
           quant: Quantization | None = None) -> list[Plan]:
-    act = activations(shape, micro_batch, seq, checkpointing, flash) + CUDA_OVERHEAD
+    act = activations(shape, micro_batch, seq, checkpointing, flash, is_bnb_4bit(quant)) + CUDA_OVERHEAD
     out = []
     for stage, offload in ((0, "none"), (2, "none"), (2, "optimizer"), (3, "none"), (3, "optimizer"),
                            (3, "optimizer+params")):
