@@ -401,3 +401,22 @@ def test_the_root_header_names_the_log_only_when_several_were_read(tmp_path):
     assert "Root error, line 4 (4 lines read):" in one and "rank1.log" not in one
     both = rendered(explain_paths([str(a), str(b)]), terminal=True, width=200)
     assert f"Root error, line 4 of {b} (5 lines read):" in both
+
+
+LAB = __import__("pathlib").Path(__file__).parent / "lab"
+
+
+@pytest.mark.parametrize("fault, job, words", [
+    ("export-adapter-path-full-model", "export", "Export failed while loading the model"),
+    ("ckpt-zero-to-fp32-rank-file-missing", "checkpoint conversion", "Checkpoint conversion failed"),
+    ("zero3-lm-head-weight-in-custom-loss", "training", "Training failed"),
+])
+def test_the_headline_names_the_program_that_failed(fault, job, words):
+    """llamafactory-cli export and zero_to_fp32.py are not training runs: the report says what failed,
+    and an offline conversion gets none of a training run's phases (it said 'Training failed while saving')."""
+    log = LAB / fault / "cpu.log"
+    out = subprocess.run([sys.executable, "-m", "mgft_doctor", "explain", str(log)], capture_output=True, text=True)
+    assert out.stdout.splitlines()[0].lstrip("✗ ").startswith(words)
+    data = json.loads(subprocess.run([sys.executable, "-m", "mgft_doctor", "explain", "--json", str(log)],
+                                     capture_output=True, text=True).stdout)
+    assert data["job"] == job and (data["phase"] is None if job == "checkpoint conversion" else True)

@@ -17,7 +17,7 @@ from .failures import FailureAnalysis, FailureReader, is_consequence
 from .lines import LogLine
 from .match import CACHE_MAX_CHARS, KEEP_FIRST, KEEP_LAST, Candidate, Matcher
 from .phase import TRIGGERS as PHASE_TRIGGERS
-from .phase import PhaseTracker
+from .phase import PhaseTracker, job_of
 from .report import SCHEMA, Diagnosis, ExplainReport
 from .scan import compile_triggers, scan_blocks
 from .source import LogSource, open_log
@@ -148,6 +148,7 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
             root_line, root_kind = candidates[0].evidence[0], "anomaly"
     diagnoses = [_diagnosis(cand, found) for cand in candidates[:MAX_DIAGNOSES]]
     phase = advice = None
+    job = "training"
     consequences = [e.line for e in analysis.consequences]
     if root_line is not None:
         frames = analysis.root.traceback.frames if analysis.root and analysis.root.traceback else []
@@ -155,6 +156,9 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
         # where the run was comes from the whole chain, not only from the innermost link
         frames = list(frames) + [f for e in analysis.chained if e.traceback for f in e.traceback.frames]
         phase = read.phases.phase_at(root_line, frames, read.line_totals.get(root_line.source))
+        job = job_of(frames)
+        if job == "checkpoint conversion":
+            phase = None  # an offline conversion has none of a training run's phases
         advice = advise(analysis.root if root_kind != "anomaly" else None, root_line, root_kind,
                         phase.name if phase else None, consequences, llamafactory="llamafactory" in found)
     return ExplainReport(
@@ -162,7 +166,7 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
         root_error=root_line, root_kind=root_kind,
         failed_rank=analysis.failed_rank, exit_codes=analysis.exit_codes, versions=found,
         version_origin=origin, bytes_read=read.stats.get("bytes", 0), lines_read=read.stats.get("lines", 0),
-        launcher_rank=analysis.launcher_rank, consequences=consequences, phase=phase, advice=advice,
+        launcher_rank=analysis.launcher_rank, consequences=consequences, phase=phase, advice=advice, job=job,
         root_detail=analysis.root_detail if root_kind not in (None, "anomaly") else [],
     )
 

@@ -458,3 +458,20 @@ def _with_frames(timeline: Phase | None, frames: list[LogLine]) -> Phase | None:
         total = timeline.total if phase in (SAVING, FIRST_STEP) and in_loop else None
         return Phase(phase, step, total, frame.no, frame.text.strip())
     return timeline
+
+
+# What the failed program was, from the root traceback's frames: the phases above and the word
+# "Training" fit a training run, not llamafactory-cli export or DeepSpeed's offline zero_to_fp32.py
+_JOBS = (
+    ("export", re.compile(r'llamafactory[/\\]train[/\\]tuner\.py", line \d+, in export_model\b')),
+    ("checkpoint conversion", re.compile(r'zero_to_fp32\.py", line \d+, in <module>')),  # run as the program
+)
+
+
+def job_of(frames: list[LogLine]) -> str:
+    """'training' unless a frame shows the program was an export or a ZeRO checkpoint conversion."""
+    for job, pattern in _JOBS:
+        if any(pattern.search(f.text) for f in frames):
+            return job
+    return "training"
+

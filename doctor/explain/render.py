@@ -79,7 +79,7 @@ def render(report: ExplainReport, console: Console, verbose: bool = False) -> No
     if not report.failure:
         out.item(0, "[green]✓[/] ", f"No failure found in {escape(names)} ({report.lines_read:,} lines read).")
         return
-    out.item(0, "[bold red]✗[/] ", f"[bold red]Training {escape(when_it_failed(report))}[/]")
+    out.item(0, "[bold red]✗[/] ", f"[bold red]{report.job.capitalize()} {escape(when_it_failed(report))}[/]")
     _root(out, report, verbose)
     out.blank()
     if not report.diagnoses:

@@ -40,6 +40,7 @@ class ExplainReport:
     phase: Phase | None = None  # what the run was doing when the root error came
     advice: Advice | None = None  # the frame that raised it, the YAML key it names, next steps
     root_detail: list[LogLine] = field(default_factory=list)  # the lines carrying the root's message (header continuation, assert statement)
+    job: str = "training"  # or "export", "checkpoint conversion": what the failed program was
     bytes_read: int = 0
     lines_read: int = 0
 
@@ -69,6 +70,7 @@ class ExplainReport:
             "versions": self.versions,
         }
         if self.failure:  # additive fields of explain/1, present when there is a failure to place
+            out["job"] = self.job
             out["phase"] = self.phase.name if self.phase else None
             out["progress"] = self.phase.progress_json() if self.phase else None
             out["next_steps"] = self.advice.next_steps if self.advice else []

@@ -16,7 +16,7 @@ CUDA_OVERHEAD = 1.5 * GiB  # context, NCCL buffers, allocator slack
 # (full with optimizer offload, full and LoRA with parameter offload)
 OFFLOAD_LARGEST = 8
 # QLoRA (bitsandbytes nf4) measured 2.4 GiB more transient memory than LoRA on one H200 in each of its
-# four rows, 8 bytes a logit of that run (docs/memory.md); the cause is not isolated, the amount is
+# five rows, 8 bytes a logit of that run (docs/memory.md); the cause is not isolated, the amount is
 QLORA_LOGIT_EXTRA = 8
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host-side offload buffers
 
