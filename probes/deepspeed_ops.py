@@ -139,6 +139,9 @@ def run(ctx: Context):
         if run_.timed_out:
             _clear_locks(_cache_root(o), name)
         op = judge_op(name, run_)
+        if ctx.run_config is None:  # say which runs the failure stops: not every run builds every op
+            for f in op.findings:
+                f.message += f" (without a run config: affects {affected_runs(name, gpu, dict(ops)[name])})"
         metrics["ops"][name] = op.metrics
         if (run_.payload or {}).get("ext_dir"):
             metrics["cache_dir"] = run_.payload["ext_dir"]
@@ -156,6 +159,17 @@ def run(ctx: Context):
     else:
         summary = f"built, loaded and ran {ran_ok}"
     return verdict(summary, findings, metrics, details)
+
+
+def affected_runs(name: str, gpu: bool, why: str) -> str:
+    """The runs an op's failure stops when check was given no run config (what builds the op)."""
+    if name == "fused_adam":
+        return ("runs whose DeepSpeed JSON names an Adam/AdamW optimizer without offload; LLaMA-Factory's own "
+                "ds_z*_config.json have no optimizer section and build nothing")
+    if name == "cpu_adam":
+        return ("runs that offload the optimizer to the CPU (offload_optimizer)" if gpu else
+                "DeepSpeed runs on this CPU accelerator that use DeepSpeed's Adam or optimizer offload")
+    return why
 
 
 def shares(ctx: Context):

@@ -304,6 +304,8 @@ def test_a_failing_build_reports_the_compiler_line_and_explains_code(tmp_path, m
     f = r.findings[0]
     assert "failed to build" in f.message
     assert "fatal error: mgft_doctor_missing_header.h: No such file or directory" in f.message
+    assert "(without a run config: affects DeepSpeed runs on this CPU accelerator" in f.message or \
+        "(without a run config: affects runs whose DeepSpeed JSON names an Adam" in f.message  # which runs it stops
     # the code is what `explain` gives the build output: a DeepSpeed build entry of the catalog
     entry = find_entry(f.code)
     assert entry is not None and entry.area == "ds-build", f.code
