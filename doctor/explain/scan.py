@@ -251,10 +251,8 @@ class _Scanner:
                 stop = find(b"\n", pos)
                 stop = end if stop < 0 else stop
                 if box:  # inside the box: its lines, then the one under it (the exception)
-                    side = block[pos + len(tag):min(stop, pos + len(tag) + 16)].lstrip()
-                    if side.startswith(_BOX_END):
-                        box, follow = False, 2
-                    elif not side.startswith(_BOX_SIDE):
+                    box, follow = _box_step(block[pos + len(tag):min(stop, pos + len(tag) + 16)], follow)
+                    if follow is None:
                         break
                 line_at += count(b"\n", counted_to, pos)
                 counted_to = pos
@@ -327,10 +325,8 @@ class _Scanner:
             while follow and free < real and lines[free].startswith(tag):
                 line = lines[free]
                 if box:  # inside the box: its lines, then the one under it (the exception)
-                    side = line[len(tag):len(tag) + 16].lstrip()
-                    if side.startswith(_BOX_END):
-                        box, follow = False, 2
-                    elif not side.startswith(_BOX_SIDE):
+                    box, follow = _box_step(line[len(tag):len(tag) + 16], follow)
+                    if follow is None:
                         break
                 if line.strip():
                     self._take(line, line_at + free, out, need_trigger=False)
@@ -338,6 +334,15 @@ class _Scanner:
                 follow -= 1
         self.dense = taken >= DENSE_LINES and len(fresh) <= taken * DENSE_FRESH
         return out
+
+
+def _box_step(head: bytes, follow: int) -> tuple[bool, int | None]:
+    """A continuation line inside a rich traceback box, by its first bytes after the tag: (still in
+    the box, lines left to follow); follow None when the line is no longer the box's (stop)."""
+    side = head.lstrip()
+    if side.startswith(_BOX_END):
+        return False, 2  # the box's bottom edge, then the exception line under it
+    return (True, follow) if side.startswith(_BOX_SIDE) else (True, None)
 
 
 def scan(source: LogSource, triggers: Triggers, source_index: int = 0,
