@@ -61,8 +61,9 @@ def ds_config(stage: int, offload: str, micro: int, on_gpu: bool) -> dict:
 
 
 def _quantized(config, dtype, stage: int, ds: dict, on_gpu: bool, outdir: str):
-    """A 4-bit model as LLaMA-Factory loads one for QLoRA: nf4, double quantization, the compute dtype as
-    quant storage (what lets ZeRO-3 partition it), the whole model on this rank's GPU unless ZeRO-3."""
+    """(model, the HfDeepSpeedConfig that ZeRO-3 loads it under, else None): a 4-bit model as
+    LLaMA-Factory loads one for QLoRA: nf4, double quantization, the compute dtype as quant storage
+    (what lets ZeRO-3 partition it), the whole model on this rank's GPU unless ZeRO-3."""
     import torch
     import transformers
     from transformers.integrations import HfDeepSpeedConfig
@@ -76,9 +77,7 @@ def _quantized(config, dtype, stage: int, ds: dict, on_gpu: bool, outdir: str):
     keep = HfDeepSpeedConfig(ds) if stage == 3 else None
     if stage != 3:
         kwargs["device_map"] = {"": torch.cuda.current_device() if on_gpu else "cpu"}
-    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, **kwargs)
-    del keep
-    return model
+    return transformers.AutoModelForCausalLM.from_pretrained(ckpt, **kwargs), keep
 
 
 def build_model(row: dict, cfg: dict, ds: dict, on_gpu: bool, outdir: str = ""):
@@ -92,8 +91,7 @@ def build_model(row: dict, cfg: dict, ds: dict, on_gpu: bool, outdir: str = ""):
     dtype = torch.bfloat16 if on_gpu else torch.float32
     torch.manual_seed(0)
     if row["method"] == "qlora":  # bitsandbytes quantizes while loading weights: save a checkpoint, load it
-        model = _quantized(config, dtype, row["stage"], ds, on_gpu, outdir)
-        keep = HfDeepSpeedConfig(ds) if row["stage"] == 3 else None
+        model, keep = _quantized(config, dtype, row["stage"], ds, on_gpu, outdir)
     else:
         keep = HfDeepSpeedConfig(ds) if row["stage"] == 3 else None  # zero.Init for from_config, as from_pretrained
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
