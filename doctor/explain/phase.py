@@ -83,7 +83,10 @@ FRAME_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
                             # a custom loop's step: the DeepSpeed engine's, accelerate's, autograd's
                             r'deepspeed/runtime/engine\.py", line \d+, in (?:forward|backward|step|no_sync|_backward_epilogue|'
                             r'allreduce_gradients|_take_model_step)$|accelerate/accelerator\.py", line \d+, in (?:backward|accumulate|no_sync)$|'
-                            r'torch/(?:_tensor|autograd/__init__)\.py", line \d+, in backward$')),
+                            r'torch/(?:_tensor|autograd/__init__)\.py", line \d+, in backward$|'
+                            # a forward under DDP, the HF models' loss, an optimizer step: past loading, in a step
+                            r'torch/nn/parallel/distributed\.py", line \d+, in forward$|transformers/loss/loss_utils\.py"|'
+                            r'torch/optim/optimizer\.py", line \d+, in wrapper$')),
     (DATA, re.compile(r"llamafactory/data/|/datasets/(?:arrow_dataset|load|builder|iterable_dataset)\.py|"
                       r"in (?:get_dataset|_get_merged_dataset|_load_single_dataset|_get_preprocessed_dataset|"
                       r"load_dataset|align_dataset|preprocess_dataset)$")),
