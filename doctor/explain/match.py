@@ -160,6 +160,7 @@ class Matcher:
         self._seen: dict[str, tuple[int, ...]] = {}  # exact line -> the slots that match it
         self._shapes: dict[bytes, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # shape -> (blind hits, others to try)
         self._timeouts: dict[int, int] = {}
+        self._exact = [s.pattern.exact for s in self.slots]  # each slot's literals with their digits (may_match_lowered)
 
     def _search(self, i: int, text: str) -> bool:
         if self._timeouts.get(i, 0) >= MAX_TIMEOUTS:
@@ -190,9 +191,12 @@ class Matcher:
         if found is None:
             blind, others = self._shape(text)
             if others:
+                # Pattern.may_match_lowered, inlined: a line of unique digits (a step, a byte
+                # offset) comes here each time, with the same few candidates of its shape
                 lowered = text.lower()
-                slots = self.slots
-                others = tuple(i for i in others if slots[i].pattern.may_match_lowered(lowered) and self._search(i, text))
+                exact = self._exact
+                others = tuple(i for i in others if (exact[i] is None or any(map(lowered.__contains__, exact[i])))
+                               and self._search(i, text))
             found = tuple(sorted(blind + others)) if others else blind
             if len(text) <= CACHE_MAX_CHARS:
                 if len(self._seen) >= CACHE_LIMIT:
