@@ -183,6 +183,12 @@ class _Scanner:
 
     def _take(self, line: bytes, no: int, out: list[LogLine], need_trigger: bool) -> int:
         """Emit one physical line; return how many lines after it to read as its continuation."""
+        found = self.memo.get(line)  # _emit's memo hit, first (a key holds no '\r')
+        if found is not None:
+            pieces, follow, self.tag, self.box = found
+            for rank, text in pieces:
+                out.append(LogLine(no, text, rank, self.source))
+            return follow
         if line.endswith(b"\r"):
             line = line[:-1]  # a CRLF line ending, or a redraw that a newline ended
         if b"\r" in line:
