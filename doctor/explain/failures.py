@@ -20,9 +20,9 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: 
 
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
 # Exceptions that only wrap or report a failure that happened elsewhere.
-WRAPPER_EXCEPTIONS = re.compile(
+WRAPPER_EXCEPTIONS = guard(re.compile(
     r"ChildFailedError|SignalException|^subprocess\.CalledProcessError: Command '\[?'?(?:torchrun|deepspeed|accelerate|ninja|python\S*', '-m', 'torch\.distributed)"
-)
+))  # guard: every exception line is tested, and a substring test rules out most
 _SIGNAL_EXCEPTION = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
 FORWARDED_EXITS = (-15, -2, -1)  # what workers exit with when the launcher forwards its SIGTERM/SIGINT/SIGHUP
 _ROOT_CAUSE_HEADER = re.compile(r"Root Cause \(first observed failure\)")
