@@ -63,8 +63,7 @@ def _scan(data: bytes, dense: bool, block_size: int) -> tuple[list[tuple], int]:
     for i, block in enumerate(iter_blocks(source, block_size)):
         read = scanner._dense_lines if dense and i else scanner._sparse_lines  # the first block fills the memo
         found = read(block, line_at)
-        if read == scanner._sparse_lines:
-            scanner.newlines = block.count(b"\n")
+        assert scanner.newlines == block.count(b"\n")  # each way counts them as it goes
         lines += [(ln.no, ln.rank, ln.text) for ln in found]
         line_at += scanner.newlines
     return lines, line_at

@@ -201,17 +201,16 @@ class _Scanner:
     def block_lines(self, block: bytes, line_at: int) -> list[LogLine]:
         """The salient lines of one block whose first line is number line_at; the two ways of
         finding them give the same lines, one is quicker when most of them repeat."""
-        newlines = block.count(b"\n")
-        if block.count(b"\r") > newlines:
+        if block.count(b"\r", 0, SQUEEZE_SAMPLE) > block.count(b"\n", 0, SQUEEZE_SAMPLE):
             block = _squeeze_redraws(block)
         if self.dense:
             return self._dense_lines(block, line_at)
-        out = self._sparse_lines(block, line_at)
-        self.newlines = newlines
-        return out
+        return self._sparse_lines(block, line_at)
 
     def _sparse_lines(self, block: bytes, line_at: int) -> list[LogLine]:
-        """Trigger words found in the whole block; each one's line cut out around it."""
+        """Trigger words found in the whole block; each one's line cut out around it. The '\n'
+        are counted on the way, once (counting one byte is a plain loop in C, no memchr)."""
+        first_line = line_at
         out: list[LogLine] = []
         append, known, source, line_type = out.append, self.salient.get, self.source, LogLine
         rfind, find, count = block.rfind, block.find, block.count
@@ -271,6 +270,7 @@ class _Scanner:
                 pos = stop + 1
                 follow -= 1
         self.dense = taken >= DENSE_LINES and fresh <= taken * DENSE_FRESH
+        self.newlines = line_at - first_line + count(b"\n", counted_to)
         return out
 
     def _dense_lines(self, block: bytes, line_at: int) -> list[LogLine]:
@@ -346,6 +346,7 @@ class _Scanner:
 
 
 SQUEEZE_PIECES = 64  # '\r' pieces of a physical line from which it is squeezed before the trigger search
+SQUEEZE_SAMPLE = 1 << 16  # a block is squeezed when its first bytes hold more '\r' than '\n' (not all: a count is a loop)
 SQUEEZE_HEAD = 1024  # bytes at a squeezed line's start kept whole (a continuation is judged by its first bytes)
 
 
