@@ -63,8 +63,7 @@ def _scan(data: bytes, dense: bool, block_size: int) -> tuple[list[tuple], int]:
     for i, block in enumerate(iter_blocks(source, block_size)):
         read = scanner._dense_lines if dense and i else scanner._sparse_lines  # the first block fills the memo
         found = read(block, line_at)
-        if read == scanner._sparse_lines:
-            scanner.newlines = block.count(b"\n")
+        assert scanner.newlines == block.count(b"\n")  # each way counts them as it goes
         lines += [(ln.no, ln.rank, ln.text) for ln in found]
         line_at += scanner.newlines
     return lines, line_at
@@ -108,3 +107,44 @@ def test_sampled_matcher_keeps_the_same_hits():
         assert hits(sampled) == hits(whole)
         assert [(c.entry.code, c.score, [ln.no for ln in c.evidence]) for c in sampled.rank(set())] == \
                [(c.entry.code, c.score, [ln.no for ln in c.evidence]) for c in whole.rank(set())]
+
+
+def _redraw_log(seed: int = 11) -> bytes:
+    """Physical lines of thousands of '\\r' redraws: trigger words in pieces that repeat a shape,
+    pieces that differ only in digits, whitespace-only pieces, CRLF endings, an exception first in
+    its line and a rank's message continued on a line of redraws."""
+    rnd = random.Random(seed)
+    out = []
+    for step in range(60):
+        kind = step % 5
+        n = rnd.randint(70, 3000)
+        if kind == 0:
+            out.append("".join(f"\rFilter out samples with errors (num_proc=16): {i % 100:3d}%| {i}/9000 [{i % 997:.2f} ex/s]"
+                               for i in range(n)))
+        elif kind == 1:
+            out.append("".join("\r " if i % 7 else f"\rMap: {i}% warn" for i in range(n)) + "\r")
+        elif kind == 2:
+            out.append("[rank1]: RuntimeError: it broke here")
+            out.append("[rank1]:" + "".join(f"\r{i % 10} of the message" for i in range(n)))
+        elif kind == 3:
+            out.append(f"plain text {step}" + "".join(f"\rstep {i}/{n}" for i in range(n)) + "\rfinal error at the end")
+        else:
+            out.append(f"{{'loss': {rnd.random():.4f}}} no trigger" + "".join(f"\rx{i}" for i in range(n)))
+        out.append(f"[rank0]: {{'loss': {rnd.random():.4f}}}")
+    return "\n".join(out).encode()
+
+
+def test_squeezed_redraw_lines_read_as_the_whole_ones(monkeypatch):
+    from mgft_doctor.explain import scan as scan_module
+
+    data = _redraw_log()
+    triggers = _triggers(load_catalog())
+
+    squeezed = [(ln.no, ln.rank, ln.text) for ln in scan_module.scan(
+        LogSource("<redraws>", io.BufferedReader(io.BytesIO(data)), "utf-8"), triggers)]
+    assert any("it broke here" in t for _, _, t in squeezed)
+    assert len(scan_module._squeeze_redraws(data)) < len(data) // 10
+    monkeypatch.setattr(scan_module, "SQUEEZE_PIECES", 10 ** 9)
+    whole = [(ln.no, ln.rank, ln.text) for ln in scan_module.scan(
+        LogSource("<redraws>", io.BufferedReader(io.BytesIO(data)), "utf-8"), triggers)]
+    assert squeezed == whole

@@ -131,3 +131,18 @@ def test_the_reader_keeps_memory_bounded():
         reader.feed(LogLine(10**6 + i, f"ValueError: bad sample {i}", rank=i % 8))
     assert len(reader.events) <= 8 * 256
     assert reader.finish().root is not None
+
+
+def test_the_digit_literal_gate_keeps_the_same_slots(monkeypatch):
+    """One search for all the digit-keeping literals of a shape's candidates (Matcher._gate)
+    answers as each candidate's own literal test does."""
+    texts = [f"json.decoder.JSONDecodeError: Expecting value: line 1 column {i % 77} (char {i})" for i in range(0, 40_000, 97)]
+    texts += [f"GPU {i}: NVIDIA {name} sm_{i % 90} 100% | {i}/2950 err 29512"
+              for i, name in enumerate(["V100", "T4", "A100", "H100", "RTX 2080", "L4", "A6000"] * 5)]
+    texts += [f"exit code {i}" for i in range(0, 300, 7)] + [f"NCCL error {i}: unhandled" for i in range(8)]
+    gated = Matcher(load_catalog())
+    found = [gated.matching_slots(t) for t in texts]
+    assert any(gated._gates.values())
+    plain = Matcher(load_catalog())
+    monkeypatch.setattr(plain, "_gate", lambda others: None)
+    assert [plain.matching_slots(t) for t in texts] == found

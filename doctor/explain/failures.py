@@ -20,9 +20,9 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: 
 
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
 # Exceptions that only wrap or report a failure that happened elsewhere.
-WRAPPER_EXCEPTIONS = re.compile(
+WRAPPER_EXCEPTIONS = guard(re.compile(
     r"ChildFailedError|SignalException|^subprocess\.CalledProcessError: Command '\[?'?(?:torchrun|deepspeed|accelerate|ninja|python\S*', '-m', 'torch\.distributed)"
-)
+))  # guard: every exception line is tested, and a substring test rules out most
 _SIGNAL_EXCEPTION = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
 FORWARDED_EXITS = (-15, -2, -1)  # what workers exit with when the launcher forwards its SIGTERM/SIGINT/SIGHUP
 _ROOT_CAUSE_HEADER = re.compile(r"Root Cause \(first observed failure\)")
@@ -72,6 +72,7 @@ _HEARTBEAT_ABORT = re.compile(r"Heartbeat monitor timed out|watchdog got stuck f
 _CHAIN_MARKS = ("The above exception was the direct cause of the following exception",
                 "During handling of the above exception, another exception occurred")
 MAX_CHAIN_MARKS = 10_000
+_MARK_HEADS = "ETD"  # first letters of 'Exception ignored in', the chain marks and 'Traceback (most recent call last)'
 DETAIL_LINES = 3  # message lines read under a header exception ('Error(s) in loading state_dict for X:')
 MAX_CHAIN_LINKS = 4
 CHAIN_GAP_LINES = 400  # from one link's exception line to the next one's
@@ -250,45 +251,54 @@ class FailureReader:
         inert = self._inert.texts  # the set itself: a membership test without a Python call
         opened = self._open
         events, logged = self.events, self.logged
-        feed = self.feed
+        read = self._read  # feed() without its own test of the condition just tested here
         pin = None
         for line in lines:
             if (line.text in inert and not self._in_summary and not self._detail_for
                     and (not opened or (line.source, line.rank) not in opened)):
                 continue
-            counts = len(events), len(logged)
-            feed(line)
-            if pin is None and ((len(events) > counts[0] and events[-1].primary) or len(logged) > counts[1]):
+            if pin is not None:
+                read(line)
+                continue
+            n_events, n_logged = len(events), len(logged)
+            read(line)
+            if (len(events) > n_events and events[-1].primary) or len(logged) > n_logged:
                 pin = line
         return pin
 
     def feed(self, line: LogLine) -> None:
-        text = line.text
-        key = (line.source, line.rank)
         # a line that changed nothing before changes nothing now while no traceback of its rank is
         # open, no summary is being read and no header awaits its message: the checks below, all
         # on the text alone, would end at the same `text in self._inert` (a warning every step)
-        if text in self._inert and not self._in_summary and not self._detail_for and key not in self._open:
+        if (line.text in self._inert and not self._in_summary and not self._detail_for
+                and (line.source, line.rank) not in self._open):
             return
+        self._read(line)
+
+    def _read(self, line: LogLine) -> None:
+        """feed() past its first test (feed_block makes that test itself)."""
+        text = line.text
+        key = (line.source, line.rank)
         stripped = text.strip()
         if self._detail_for:
             self._take_detail(key, line, stripped)
-        if stripped.startswith("Exception ignored in"):  # UNRAISABLE, without a regex call per line
-            self._unraisable_until[key] = line.no + UNRAISABLE_WINDOW
-            return
-        if stripped.startswith(_CHAIN_MARKS) and len(self._chain_marks) < MAX_CHAIN_MARKS:
-            self._chain_marks.append((line.source, line.rank, line.no, stripped.startswith(_CHAIN_MARKS[0])))
-            return
-        if stripped.startswith("Traceback (most recent call last)"):
-            self._open[key] = Traceback(line.rank, line.no, source=line.source)
-            if len(self._open) > MAX_OPEN_TRACEBACKS:
-                del self._open[next(iter(self._open))]  # the oldest: a rank that never finished it
-            return
+        if stripped[:1] in _MARK_HEADS:  # each of the three marks below starts with one of these
+            if stripped.startswith("Exception ignored in"):  # UNRAISABLE, without a regex call per line
+                self._unraisable_until[key] = line.no + UNRAISABLE_WINDOW
+                return
+            if stripped.startswith(_CHAIN_MARKS) and len(self._chain_marks) < MAX_CHAIN_MARKS:
+                self._chain_marks.append((line.source, line.rank, line.no, stripped.startswith(_CHAIN_MARKS[0])))
+                return
+            if stripped.startswith("Traceback (most recent call last)"):
+                self._open[key] = Traceback(line.rank, line.no, source=line.source)
+                if len(self._open) > MAX_OPEN_TRACEBACKS:
+                    del self._open[next(iter(self._open))]  # the oldest: a rank that never finished it
+                return
         tb = self._open.get(key)
         if tb is None and not self._in_summary and text in self._inert:
             return
         if tb is not None:
-            fm = _FRAME.match(text)
+            fm = _FRAME.match(text) if text[:1].isspace() else None  # _FRAME starts with \s+
             if fm:
                 if not tb.frames:
                     tb.indent = len(text) - len(text.lstrip())
@@ -401,8 +411,7 @@ class FailureReader:
             return
         if tb is not None and tb.code is not None and tb.exc_type.endswith("AssertionError"):
             event.detail.append(tb.code)  # what was asserted: 'assert len(set(t.dtype ...)) == 1', then a bare AssertionError
-        em = EXCEPTION_LINE.match(stripped)
-        if em and stripped.endswith(":"):
+        if stripped.endswith(":") and EXCEPTION_LINE.match(stripped):
             self._detail_for[(line.source, line.rank)] = event  # 'Error(s) in loading state_dict for X:': the message follows
 
     def _take_detail(self, key: tuple[int, int | None], line: LogLine, stripped: str) -> None:

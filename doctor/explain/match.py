@@ -10,6 +10,7 @@ context group and supporting context line adds, an exclusion removes the entry."
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -21,6 +22,8 @@ KEEP_FIRST = 4
 KEEP_LAST = 4
 CACHE_LIMIT = 50_000  # entries of each cache; a cache that fills up starts again
 CACHE_MAX_CHARS = 600  # longer lines are rarely repeated: not worth the memory
+GATES_MAX = 1_000  # sets of candidates remembered with their literals' regex (few: a shape's candidates recur)
+_NO_GATE = object()
 MAX_TIMEOUTS = 3  # time-outs after which a pattern is left out for the rest of the log
 _DIGIT_BYTES = bytes.maketrans(b"0123456789", b"0000000000")
 ROOT_SIGNATURE = 2.0
@@ -160,6 +163,8 @@ class Matcher:
         self._seen: dict[str, tuple[int, ...]] = {}  # exact line -> the slots that match it
         self._shapes: dict[bytes, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # shape -> (blind hits, others to try)
         self._timeouts: dict[int, int] = {}
+        self._exact = [s.pattern.exact for s in self.slots]  # each slot's literals with their digits (may_match_lowered)
+        self._gates: dict[tuple[int, ...], "re.Pattern[str] | None"] = {}  # candidates -> any of their literals (_gate)
 
     def _search(self, i: int, text: str) -> bool:
         if self._timeouts.get(i, 0) >= MAX_TIMEOUTS:
@@ -184,15 +189,37 @@ class Matcher:
                 self._shapes[key] = found
         return found
 
+    def _gate(self, others: tuple[int, ...]) -> "re.Pattern[str] | None":
+        """One regex for any of the literals (digits kept) of these candidates; None when one of
+        them has none (it must be tried whatever the line holds)."""
+        if any(self._exact[i] is None for i in others):
+            gate = None
+        else:
+            gate = re.compile("|".join(sorted({re.escape(lit) for i in others for lit in self._exact[i]})))
+        if len(self._gates) >= GATES_MAX:
+            self._gates.clear()
+        self._gates[others] = gate
+        return gate
+
     def matching_slots(self, text: str) -> tuple[int, ...]:
         """Indices of the slots whose pattern matches text, ascending."""
         found = self._seen.get(text)
         if found is None:
             blind, others = self._shape(text)
             if others:
+                # Pattern.may_match_lowered of each candidate: a line of unique digits (a step, a
+                # byte offset) comes here each time with the same few candidates of its shape, and
+                # one search for all their literals at once rules them out together (most lines)
                 lowered = text.lower()
-                slots = self.slots
-                others = tuple(i for i in others if slots[i].pattern.may_match_lowered(lowered) and self._search(i, text))
+                gate = self._gates.get(others, _NO_GATE)
+                if gate is _NO_GATE:
+                    gate = self._gate(others)
+                if gate is not None and gate.search(lowered) is None:
+                    others = ()
+                else:
+                    exact = self._exact
+                    others = tuple(i for i in others if (exact[i] is None or any(map(lowered.__contains__, exact[i])))
+                                   and self._search(i, text))
             found = tuple(sorted(blind + others)) if others else blind
             if len(text) <= CACHE_MAX_CHARS:
                 if len(self._seen) >= CACHE_LIMIT:

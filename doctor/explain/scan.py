@@ -183,6 +183,12 @@ class _Scanner:
 
     def _take(self, line: bytes, no: int, out: list[LogLine], need_trigger: bool) -> int:
         """Emit one physical line; return how many lines after it to read as its continuation."""
+        found = self.memo.get(line)  # _emit's memo hit, first (a key holds no '\r')
+        if found is not None:
+            pieces, follow, self.tag, self.box = found
+            for rank, text in pieces:
+                out.append(LogLine(no, text, rank, self.source))
+            return follow
         if line.endswith(b"\r"):
             line = line[:-1]  # a CRLF line ending, or a redraw that a newline ended
         if b"\r" in line:
@@ -195,14 +201,16 @@ class _Scanner:
     def block_lines(self, block: bytes, line_at: int) -> list[LogLine]:
         """The salient lines of one block whose first line is number line_at; the two ways of
         finding them give the same lines, one is quicker when most of them repeat."""
+        if block.count(b"\r", 0, SQUEEZE_SAMPLE) > block.count(b"\n", 0, SQUEEZE_SAMPLE):
+            block = _squeeze_redraws(block)
         if self.dense:
             return self._dense_lines(block, line_at)
-        out = self._sparse_lines(block, line_at)
-        self.newlines = block.count(b"\n")
-        return out
+        return self._sparse_lines(block, line_at)
 
     def _sparse_lines(self, block: bytes, line_at: int) -> list[LogLine]:
-        """Trigger words found in the whole block; each one's line cut out around it."""
+        """Trigger words found in the whole block; each one's line cut out around it. The '\n'
+        are counted on the way, once (counting one byte is a plain loop in C, no memchr)."""
+        first_line = line_at
         out: list[LogLine] = []
         append, known, source, line_type = out.append, self.salient.get, self.source, LogLine
         rfind, find, count = block.rfind, block.find, block.count
@@ -262,6 +270,7 @@ class _Scanner:
                 pos = stop + 1
                 follow -= 1
         self.dense = taken >= DENSE_LINES and fresh <= taken * DENSE_FRESH
+        self.newlines = line_at - first_line + count(b"\n", counted_to)
         return out
 
     def _dense_lines(self, block: bytes, line_at: int) -> list[LogLine]:
@@ -334,6 +343,58 @@ class _Scanner:
                 follow -= 1
         self.dense = taken >= DENSE_LINES and len(fresh) <= taken * DENSE_FRESH
         return out
+
+
+SQUEEZE_PIECES = 64  # '\r' pieces of a physical line from which it is squeezed before the trigger search
+SQUEEZE_SAMPLE = 1 << 16  # a block is squeezed when its first bytes hold more '\r' than '\n' (not all: a count is a loop)
+SQUEEZE_HEAD = 1024  # bytes at a squeezed line's start kept whole (a continuation is judged by its first bytes)
+
+
+def _squeeze_redraws(block: bytes) -> bytes:
+    """block with each line of many '\r' redraws cut to the pieces that _Scanner._redraws reads of
+    it (the first of each shape, digits aside, and the last; and those that start in its first
+    SQUEEZE_HEAD bytes): the same pieces are read of the squeezed line, and the trigger search
+    does not meet the same word again in each of 2,000 redraws (a hit each, made in Python). A
+    trigger word in a piece that is dropped made its line salient, to read nothing of it."""
+    parts = []
+    at = 0
+    find, rfind = block.find, block.rfind
+    cr = find(b"\r")
+    while cr >= 0:
+        start = rfind(b"\n", 0, cr) + 1
+        stop = find(b"\n", cr)
+        if stop < 0:
+            stop = len(block)
+        if block.count(b"\r", start, stop) >= SQUEEZE_PIECES:
+            line = block[start:stop]
+            squeezed = _squeeze_line(line)
+            if squeezed is not line:
+                parts += (block[at:start], squeezed)
+                at = stop
+        cr = find(b"\r", stop)
+    if not parts:
+        return block
+    parts.append(block[at:])
+    return b"".join(parts)
+
+
+def _squeeze_line(line: bytes) -> bytes:
+    """One line for _squeeze_redraws (line itself when nothing would be dropped)."""
+    end = b"\r" if line.endswith(b"\r") else b""  # a CRLF ending, or a redraw that a newline ended: _take drops it
+    body = line[:-1] if end else line
+    cut = body.find(b"\r", SQUEEZE_HEAD)
+    if cut < 0:
+        return line
+    head, rest = body[:cut], body[cut + 1:]
+    pieces = rest.split(b"\r")
+    last = len(pieces) - 1
+    seen = set(head.translate(_DIGIT_BYTES).split(b"\r"))
+    shapes = rest.translate(_DIGIT_BYTES).split(b"\r")
+    first = dict(zip(reversed(shapes), range(last, -1, -1)))  # shape -> its first piece, as in _redraws
+    kept = sorted({i for shape, i in first.items() if shape not in seen} | {last})
+    if len(kept) == len(pieces):
+        return line
+    return b"\r".join([head, *[pieces[i] for i in kept]]) + end
 
 
 def _box_step(head: bytes, follow: int) -> tuple[bool, int | None]:
