@@ -151,6 +151,44 @@ def test_nccl_watchdog_abort_after_another_ranks_error_is_its_consequence():
     assert not any(d.code in ("MGD301", "MGD302", "MGD207") for d in r.diagnoses)
 
 
+# torch 2.2-2.5 print ProcessGroupNCCL's own account of the timed-out work before the watchdog line
+# ('Timeout at NCCL work: N, last enqueued NCCL work: M, last completed NCCL work: K.'); it is the
+# same timeout, a consequence like the watchdog line (blind6 acc-2912 showed it taken as the root)
+TIMEOUT_AT_WORK = (
+    "[rank1]:[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 1] Timeout at NCCL work: 6075, last enqueued NCCL work: 6139, last completed NCCL work: 6074.\n"
+    "[rank1]:[E ProcessGroupNCCL.cpp:577] [Rank 1] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, "
+    "subsequent GPU operations might run on corrupted/incomplete data.\n"
+    "[rank1]:[E ProcessGroupNCCL.cpp:583] [Rank 1] To avoid data inconsistency, we are taking the entire process down.\n"
+    "[rank1]:[E ProcessGroupNCCL.cpp:1414] [PG 0 Rank 1] Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=6075, OpType=_ALLGATHER_BASE, NumelIn=1366, NumelOut=4098, Timeout(ms)=1800000) "
+    "ran for 2954391 milliseconds before timing out.\n"
+    "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+    "E0708 12:59:42.070000 140211 torch/distributed/elastic/multiprocessing/api.py:833] failed (exitcode: -6) local_rank: 1 (pid: 88202) of binary: /usr/bin/python\n"
+)
+
+
+@pytest.mark.parametrize("first", [
+    "[rank1]:[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 1] Timeout at NCCL work: 6075, last enqueued NCCL work: 6139, last completed NCCL work: 6074.",
+    "[rank1]:[E1202 10:40:02.119000 7711 ProcessGroupNCCL.cpp:1537] [PG ID 0 PG GUID 0(default_pg) Rank 1] Timeout at NCCL work: 12, "
+    "last enqueued NCCL work: 12, last completed NCCL work: 11.",
+])
+def test_timeout_at_nccl_work_with_no_own_error_is_the_watchdog_timeout(first):
+    r = explain_text(first + "\n" + TIMEOUT_AT_WORK.split("\n", 1)[1])
+    assert r.failure and "Timeout at NCCL work" in r.root_error.text
+    assert r.diagnoses and r.diagnoses[0].code == "MGD301", [d.code for d in r.diagnoses]
+
+
+def test_timeout_at_nccl_work_after_another_ranks_error_is_its_consequence():
+    log = ("[rank0]: Traceback (most recent call last):\n"
+           '[rank0]:   File "/opt/LLaMA-Factory/src/llamafactory/train/sft/workflow.py", line 96, in run_sft\n'
+           "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB\n"
+           + TIMEOUT_AT_WORK)
+    r = explain_text(log)
+    assert r.root_error.text.startswith("torch.OutOfMemoryError"), r.root_error
+    assert r.failed_rank == 0
+    assert not any(d.code in ("MGD301", "MGD207") for d in r.diagnoses)
+
+
 def test_nccl_remote_error_and_store_reset_after_a_crash_are_consequences():
     log = ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB\n"
            "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, "

@@ -57,7 +57,15 @@ COLLECTIVE_TIMEOUT = re.compile(
     r"NCCL operation timed out|timed out in blocking wait|Exception \(either an error or timeout\) detected by watchdog|"
     r"Timed out waiting \d+ms for (?:recv|send) operation|Heartbeat monitor timed out|watchdog got stuck for|"
     r"Received a dump signal due to a collective timeout|Observed flight recorder dump signal|"
-    r"watchdog thread terminated with exception"
+    r"watchdog thread terminated with exception|"
+    # ProcessGroupNCCL's own account of the timed-out work, printed next to (often before) the
+    # watchdog line: 'Timeout at NCCL work: N, last enqueued NCCL work: M, last completed NCCL
+    # work: K.' (torch 2.2-2.5), 'failure detected by watchdog at work sequence id: N PG status:
+    # last enqueued work: ...' (2.6+), 'Some NCCL operations have failed or timed out' (1.x-2.x),
+    # and a peer's timeout relayed through the store ('Received a global timeout from another rank')
+    r"Timeout at NCCL work: \d+|failure detected by watchdog at work sequence id|"
+    r"Some NCCL operations have failed or timed out|Received a global timeout from another rank|"
+    r"NCCL timeout in: |Last enqueued NCCL work: |are the lagging ranks that caused this timeout"
 )
 PEER_LOST = re.compile(
     r"Connection closed by (?:remote )?peer|Connection reset by peer|typically caused by a remote worker crashing|"
