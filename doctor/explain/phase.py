@@ -83,9 +83,7 @@ FRAME_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
                             # a custom loop's step: the DeepSpeed engine's, accelerate's, autograd's
                             r'deepspeed/runtime/engine\.py", line \d+, in (?:forward|backward|step|no_sync|_backward_epilogue|'
                             r'allreduce_gradients|_take_model_step)$|accelerate/accelerator\.py", line \d+, in (?:backward|accumulate|no_sync|gather|gather_for_metrics|reduce)$|'
-                            r'torch/(?:_tensor|autograd/__init__)\.py", line \d+, in backward$|'
-                            # a custom loop's deepspeed.initialize (the Trainer calls it inside train())
-                            r'deepspeed/__init__\.py", line \d+, in initialize$')),
+                            r'torch/(?:_tensor|autograd/__init__)\.py", line \d+, in backward$')),
     (DATA, re.compile(r"llamafactory/data/|/datasets/(?:arrow_dataset|load|builder|iterable_dataset)\.py|"
                       # a custom loop building its DataLoader / DistributedSampler
                       r'torch/utils/data/(?:dataloader|distributed)\.py", line \d+, in __init__$|'
