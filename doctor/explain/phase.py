@@ -82,18 +82,22 @@ FRAME_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
                             r"in (?:training_step|_inner_training_loop)$|"
                             # a custom loop's step: the DeepSpeed engine's, accelerate's, autograd's
                             r'deepspeed/runtime/engine\.py", line \d+, in (?:forward|backward|step|no_sync|_backward_epilogue|'
-                            r'allreduce_gradients|_take_model_step)$|accelerate/accelerator\.py", line \d+, in (?:backward|accumulate|no_sync)$|'
+                            r'allreduce_gradients|_take_model_step)$|accelerate/accelerator\.py", line \d+, in (?:backward|accumulate|no_sync|gather|gather_for_metrics|reduce)$|'
                             r'torch/(?:_tensor|autograd/__init__)\.py", line \d+, in backward$|'
                             # a forward under DDP, the HF models' loss, an optimizer step: past loading, in a step
                             r'torch/nn/parallel/distributed\.py", line \d+, in forward$|transformers/loss/loss_utils\.py"|'
                             r'torch/optim/optimizer\.py", line \d+, in wrapper$')),
     (DATA, re.compile(r"llamafactory/data/|/datasets/(?:arrow_dataset|load|builder|iterable_dataset)\.py|"
+                      # a custom loop building its DataLoader / DistributedSampler
+                      r'torch/utils/data/(?:dataloader|distributed)\.py", line \d+, in __init__$|'
                       r"in (?:get_dataset|_get_merged_dataset|_load_single_dataset|_get_preprocessed_dataset|"
                       r"load_dataset|align_dataset|preprocess_dataset)$")),
     (MODEL, re.compile(r"in (?:from_pretrained|load_model|load_tokenizer|_load_pretrained_model|"
                        r"init_adapter|_setup_lora_tuning|get_peft_model|load_state_dict)$|modeling_utils\.py")),
     (START_UP, re.compile(r"hparams/parser\.py|in (?:get_train_args|_parse_train_args|parse_args_into_dataclasses|"
-                          r"parse_yaml_file|parse_dict|__post_init__)$")),
+                          r"parse_yaml_file|parse_dict|__post_init__)$|"
+                          # the default process group (a custom script's own init, or DeepSpeed's)
+                          r'distributed_c10d\.py", line \d+, in init_process_group$|deepspeed/comm/comm\.py", line \d+, in init_distributed$')),
 )
 
 
