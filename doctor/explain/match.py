@@ -163,7 +163,7 @@ class Matcher:
         self._seen: dict[str, tuple[int, ...]] = {}  # exact line -> the slots that match it
         self._shapes: dict[bytes, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # shape -> (blind hits, others to try)
         self._timeouts: dict[int, int] = {}
-        self._exact = [s.pattern.exact for s in self.slots]  # each slot's literals with their digits (may_match_lowered)
+        self._exact = [s.pattern.exact for s in self.slots]  # each slot's literals with their digits, for _gate
         self._gates: dict[tuple[int, ...], "re.Pattern[str] | None"] = {}  # candidates -> any of their literals (_gate)
 
     def _search(self, i: int, text: str) -> bool:
@@ -207,7 +207,7 @@ class Matcher:
         if found is None:
             blind, others = self._shape(text)
             if others:
-                # Pattern.may_match_lowered of each candidate: a line of unique digits (a step, a
+                # Pattern.may_match_lowered of all the candidates at once: a line of unique digits (a step, a
                 # byte offset) comes here each time with the same few candidates of its shape, and
                 # one search for all their literals at once rules them out together (most lines)
                 lowered = text.lower()
@@ -217,9 +217,8 @@ class Matcher:
                 if gate is not None and gate.search(lowered) is None:
                     others = ()
                 else:
-                    exact = self._exact
-                    others = tuple(i for i in others if (exact[i] is None or any(map(lowered.__contains__, exact[i])))
-                                   and self._search(i, text))
+                    slots = self.slots
+                    others = tuple(i for i in others if slots[i].pattern.may_match_lowered(lowered) and self._search(i, text))
             found = tuple(sorted(blind + others)) if others else blind
             if len(text) <= CACHE_MAX_CHARS:
                 if len(self._seen) >= CACHE_LIMIT:

@@ -170,12 +170,8 @@ class _Scanner:
     def _redraws(self, line: bytes, need_trigger: bool) -> list[bytes]:
         """The '\r'-separated pieces of line worth reading: the first of each shape and the last."""
         pieces = line.split(b"\r")
-        shapes = line.translate(_DIGIT_BYTES).split(b"\r")
-        last = len(pieces) - 1
-        # shape -> index of its first piece, built in C: reversed, so that the first one wins
-        first = dict(zip(reversed(shapes), range(last, -1, -1)))
         kept = []
-        for i in sorted({*first.values(), last}):
+        for i in _first_of_each_shape(line.translate(_DIGIT_BYTES).split(b"\r")):
             piece = pieces[i]
             if piece.strip() and (not need_trigger or self.triggers.starts(piece)):
                 kept.append(piece)
@@ -387,14 +383,20 @@ def _squeeze_line(line: bytes) -> bytes:
         return line
     head, rest = body[:cut], body[cut + 1:]
     pieces = rest.split(b"\r")
-    last = len(pieces) - 1
-    seen = set(head.translate(_DIGIT_BYTES).split(b"\r"))
-    shapes = rest.translate(_DIGIT_BYTES).split(b"\r")
-    first = dict(zip(reversed(shapes), range(last, -1, -1)))  # shape -> its first piece, as in _redraws
-    kept = sorted({i for shape, i in first.items() if shape not in seen} | {last})
+    kept = _first_of_each_shape(rest.translate(_DIGIT_BYTES).split(b"\r"),
+                                skip=set(head.translate(_DIGIT_BYTES).split(b"\r")))
     if len(kept) == len(pieces):
         return line
     return b"\r".join([head, *[pieces[i] for i in kept]]) + end
+
+
+def _first_of_each_shape(shapes: list[bytes], skip: set[bytes] | frozenset = frozenset()) -> list[int]:
+    """Indices, ascending, of the redraws worth reading: the first piece of each shape (digits
+    aside) not in skip, and the last piece. Shared by _Scanner._redraws and _squeeze_line, which
+    must keep the same pieces."""
+    last = len(shapes) - 1
+    first = dict(zip(reversed(shapes), range(last, -1, -1)))  # shape -> its first piece, built in C
+    return sorted({i for shape, i in first.items() if shape not in skip} | {last})
 
 
 def _box_step(head: bytes, follow: int) -> tuple[bool, int | None]:
