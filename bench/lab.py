@@ -10,7 +10,8 @@ Each fault lives in tests/lab/<id>/fault.yaml: what runs (`run:`, a bash command
 what it needs (`setup:` a tiny model, datasets and files, built locally with bench/lab_build.py), the fault,
 `expect:` the catalog code (null: no catalog code applies, the log must still show a failure) and `fix:` (the
 change that makes the run pass). `run` records the real run's output into tests/lab/<id>/cpu.log (gpu.log
-with --gpu); `--fix` reruns with the fix applied and records whether it passed (fix_verified).
+with --gpu); `--fix` reruns with the fix applied and records whether it passed (fix_verified), and keeps the
+passing run's log as tests/lab/<id>/cpu.fix.log (gpu.fix.log): a healthy real run that explain must not diagnose.
 A run has a hard time limit; on time-out its whole process tree is killed.
 
 This script imports only the standard library and PyYAML; the doctor is reached through its CLI.
@@ -327,6 +328,8 @@ def run_one(fid: str, gpu: bool, fix: bool, out_dir: Path | None, keep: bool) ->
         if out_dir:
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / f"{fid}.{dev}.fix.log").write_bytes(trim(data))
+        elif passed:
+            (LAB / fid / f"{dev}.fix.log").write_bytes(trim(data))
     else:
         dest_dir = out_dir or (LAB / fid)
         dest_dir.mkdir(parents=True, exist_ok=True)
@@ -387,6 +390,11 @@ def logs_of(fid: str) -> list[tuple[str, Path]]:
     return [(p.stem, p) for p in sorted((LAB / fid).glob("*.log")) if p.stem in ("cpu", "gpu")]
 
 
+def healthy_logs_of(fid: str) -> list[tuple[str, Path]]:
+    """The fix's passing runs (cpu.fix.log, gpu.fix.log): explain must report no failure and no diagnosis."""
+    return [(p.name.split(".")[0], p) for p in sorted((LAB / fid).glob("*.fix.log"))]
+
+
 def expected_for(fault: dict, device: str):
     dev = fault.get(device) or {}
     return dev["expect"] if "expect" in dev else fault["expect"]
@@ -407,6 +415,15 @@ def score(ids: list[str], as_json: bool, device: str | None) -> int:
                 ok = bool(root and re.search(fault["root"], root))
             rows.append({"id": fid, "area": fault["area"], "device": dev, "expect": exp, "got": got, "right": ok,
                          "failure": rep.get("failure"), "root_error": root})
+        for dev, log in healthy_logs_of(fid):
+            if device and dev != device:
+                continue
+            rep = explain_json(log)
+            diags = rep.get("diagnoses") or []
+            rows.append({"id": fid, "area": "healthy", "device": dev, "expect": "healthy",
+                         "got": diags[0]["code"] if diags else None,
+                         "right": rep.get("failure") is False and not diags, "failure": rep.get("failure"),
+                         "root_error": (rep.get("root_error") or {}).get("text")})
     areas: dict = {}
     for r in rows:
         a = areas.setdefault(r["area"], {"right": 0, "total": 0})
@@ -502,6 +519,8 @@ def main(argv: list[str]) -> int:
                 if not r.get("fix") and not r.get("skipped"):
                     src = a.folder / fid / f"{r['device']}.log"
                     shutil.copyfile(src, LAB / fid / f"{r['device']}.log")
+                elif r.get("fix") and r.get("passed") and (a.folder / fid / f"{r['device']}.fix.log").is_file():
+                    shutil.copyfile(a.folder / fid / f"{r['device']}.fix.log", LAB / fid / f"{r['device']}.fix.log")
             record(fid, rs)
             print(f"{fid}: {len(rs)} outcome(s) recorded")
         return 0

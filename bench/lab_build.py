@@ -110,8 +110,9 @@ def build_dataset(out: str, kind: str, name: str = "lab_data", n: int = 32, long
         entry.update(formatting="sharegpt", columns={"messages": "messages"},
                      tags={"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"})
     elif kind == "pairwise":
-        rows = [{"instruction": _sentence(rng), "input": "", "chosen": _sentence(rng), "rejected": _sentence(rng)}
-                for _ in range(n)]
+        rows = [{"instruction": _sentence(rng), "input": "",
+                 "chosen": " ".join(_sentence(rng) for _ in range(max(long, 1))),
+                 "rejected": " ".join(_sentence(rng) for _ in range(max(long, 1)))} for _ in range(n)]
         entry.update(ranking=True, columns={"prompt": "instruction", "query": "input", "chosen": "chosen",
                                             "rejected": "rejected"})
     elif kind == "kto":

@@ -29,7 +29,7 @@ for f in sorted(glob.glob("/tmp/results/[a-z].json")):
 json.dump(rows, open("/tmp/results/results.json", "w"), indent=1)
 PY
   rm -rf /tmp/pack && mkdir -p /tmp/pack && cp /tmp/results/results.json /tmp/pack/
-  for d in tests/lab/*/; do id=$(basename "$d"); [ -f "$d/gpu.log" ] && mkdir -p /tmp/pack/$id && cp "$d/gpu.log" /tmp/pack/$id/; done
+  for d in tests/lab/*/; do id=$(basename "$d"); for f in gpu.log gpu.fix.log; do [ -f "$d/$f" ] && mkdir -p /tmp/pack/$id && cp "$d/$f" /tmp/pack/$id/; done; done
   tar czf "$OUT/lab-gpu.tgz" -C /tmp/pack .
 }
 R=/tmp/results

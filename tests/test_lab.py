@@ -73,6 +73,22 @@ def test_recorded_log_gets_the_expected_code(fid, dev):
     _check(FAULTS[fid], dev, _explain(LAB / fid / f"{dev}.log"))
 
 
+# A fault's fix rerun that exited 0 (<id>/cpu.fix.log, gpu.fix.log), and planted faults that turned out not to
+# fail (_healthy/: the stack accepted the setup, so the run is healthy, with the warnings it printed).
+HEALTHY = ([pytest.param(LAB / fid / f"{dev}.fix.log", id=f"{fid}-{dev}-fix") for fid in FAULTS
+            for dev in ("cpu", "gpu") if (LAB / fid / f"{dev}.fix.log").is_file()]
+           + [pytest.param(p, id=f"_healthy-{p.name}") for p in sorted((LAB / "_healthy").glob("*.log"))])
+
+
+@pytest.mark.parametrize("log", HEALTHY)
+def test_a_passing_run_is_healthy(log):
+    """A run that exited 0: its log (warnings, NCCL and DeepSpeed chatter, fallbacks) is no failure."""
+    report = _explain(log)
+    assert report["failure"] is False and not report["diagnoses"], (
+        f"a passing run was reported as a failure: {[d['code'] for d in report['diagnoses']]};"
+        f" root: {report.get('root_error')}")
+
+
 def test_lab_is_large_and_well_formed():
     codes = {c["code"] for c in json.loads(subprocess.run(
         [sys.executable, "-m", "mgft_doctor", "codes", "--json"], capture_output=True, text=True,
