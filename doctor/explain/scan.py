@@ -45,6 +45,60 @@ _EXC_LINE = re.compile(rb"^(?:\[\w++\]:)*+\s*+((?:[A-Za-z_]\w*+\.)*+[A-Za-z_]\w*
 _EXC_KEYWORDS = tuple(k.encode() for k in EXCEPTION_KEYWORDS)
 
 
+def _prepared(segment: bytes) -> tuple[tuple[tuple[int | None, str], ...], int, bytes, bool]:
+    """A segment's logical lines, how many lines after it to read as its continuation, the rank
+    tag those must carry, and whether it opens a rich box (_Scanner._prepare, unremembered)."""
+    pieces = tuple(line_pieces(segment.decode("utf-8", "replace")))
+    # the message of an exception often continues on lines with no trigger word;
+    # the source line under a traceback frame says what was being done; a rich boxed
+    # traceback's frames hold no trigger word at all
+    box = b"\xe2\x95\xad" in segment and _BOX_HEAD.match(segment) is not None
+    follow = (BOX_LINES if box else CONTINUATION_LINES if exception_segment(segment)
+              else 1 if _FRAME_LINE.match(segment) else 0)
+    tag = _RANK_TAG.match(segment) if follow else None
+    return pieces, follow, tag.group(0) if tag else b"", box
+
+
+# torchrun's own rank tag, once, then a line that starts no other tag (most lines of a multi-rank log)
+_TORCHRUN_TAG = re.compile(r"\[rank([0-9]+)\]: (?!\[)")
+_BOX_FIRST = ("│", "╭", "╰", "┃")
+_ASCII_SPACE = " \t\n\r\x0b\x0c"  # what bytes' \s is
+
+
+def _tagged(segment: bytes) -> tuple[tuple[tuple[int | None, str], ...], int, bytes, bool] | None:
+    """_prepared for '[rankN]: rest' where nothing in rest needs line_pieces' slower readings
+    (no ANSI code, redraw, glued line, box or undecodable byte, and short): the same result,
+    worked out directly. There, line_pieces takes no paste wrapper off (none starts '[r'),
+    split_rank takes exactly the tag and its space (rest starts no other tag), and what stays is
+    rest without trailing space, split before a 'Traceback (most recent call last)' inside it;
+    _FRAME_LINE's optional tag and spaces are this tag and rest's leading spaces. The tests are
+    made on the text (a byte test costs several times a str one). None: use _prepared."""
+    if len(segment) > MEMO_MAX_BYTES:
+        return None
+    text = segment.decode("utf-8", "replace")
+    m = _TORCHRUN_TAG.match(text)
+    if (m is None or "\x1b" in text or "\r" in text or "][" in text or "╭" in text or "\ufffd" in text):
+        return None
+    end = m.end()
+    body = text[end:].rstrip()
+    rank = int(m.group(1))
+    if not body:
+        pieces: tuple = ()
+    elif body.startswith(_BOX_FIRST):
+        return None
+    else:
+        idx = body.find("Traceback (most recent call last)")
+        if idx > 0:
+            head = body[:idx].rstrip()
+            pieces = ((rank, head), (rank, body[idx:])) if head.strip() else ((rank, body[idx:]),)
+        else:
+            pieces = ((rank, body),)
+    exc = _EXC_LINE.match(segment)
+    follow = (CONTINUATION_LINES if exc is not None and exc.group(1).endswith(_EXC_KEYWORDS)
+              else 1 if text[end:].lstrip(_ASCII_SPACE).startswith('File "') else 0)
+    return pieces, follow, segment[:end - 1] if follow else b"", False
+
+
 def exception_segment(segment: bytes) -> bool:
     """True when segment is an exception line (EXCEPTION_LINE's meaning, rank tags allowed before it)."""
     m = _EXC_LINE.match(segment)
@@ -138,15 +192,9 @@ class _Scanner:
     def _prepare(self, segment: bytes) -> tuple[tuple[tuple[int | None, str], ...], int, bytes, bool]:
         found = self.memo.get(segment)
         if found is None:
-            pieces = tuple(line_pieces(segment.decode("utf-8", "replace")))
-            # the message of an exception often continues on lines with no trigger word;
-            # the source line under a traceback frame says what was being done; a rich boxed
-            # traceback's frames hold no trigger word at all
-            box = b"\xe2\x95\xad" in segment and _BOX_HEAD.match(segment) is not None
-            follow = (BOX_LINES if box else CONTINUATION_LINES if exception_segment(segment)
-                      else 1 if _FRAME_LINE.match(segment) else 0)
-            tag = _RANK_TAG.match(segment) if follow else None
-            found = (pieces, follow, tag.group(0) if tag else b"", box)
+            found = _tagged(segment) if segment.startswith(b"[rank") else None
+            if found is None:
+                found = _prepared(segment)
             if len(segment) <= MEMO_MAX_BYTES:
                 if len(self.memo) >= MEMO_ENTRIES:
                     self.memo.clear()
