@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from itertools import compress, count
-from operator import not_
+from itertools import compress, count, repeat
+from operator import itemgetter, not_
 from typing import Iterable, Iterator
 
 from .lines import EXCEPTION_KEYWORDS, LogLine, line_pieces
@@ -186,6 +186,8 @@ class _Scanner:
         # the memo's segments known to hold a trigger word (salient wherever they are); the memo
         # also holds lines read only as the continuation of another, which are not
         self.salient: dict[bytes, tuple[tuple[tuple[int | None, str], ...], int, bytes, bool]] = {}
+        # of those, the ones read as one logical line that takes no continuation: (text, rank)
+        self.simple: dict[bytes, tuple[str, int | None]] = {}
         self.dense = False  # the last block's salient lines were many and mostly known: see _dense_lines
         self.newlines = 0  # the '\n' in the block block_lines read last
 
@@ -199,6 +201,7 @@ class _Scanner:
                 if len(self.memo) >= MEMO_ENTRIES:
                     self.memo.clear()
                     self.salient.clear()
+                    self.simple.clear()
                 self.memo[segment] = found
         return found
 
@@ -207,6 +210,10 @@ class _Scanner:
         found = self._prepare(segment)
         if len(segment) <= MEMO_MAX_BYTES:
             self.salient[segment] = found
+            pieces, follow = found[0], found[1]
+            if len(pieces) == 1 and not follow:
+                rank, text = pieces[0]
+                self.simple[segment] = (text, rank)
         return found
 
     def _emit(self, segment: bytes, no: int, out: list[LogLine]) -> int:
@@ -349,6 +356,15 @@ class _Scanner:
                 pos = len(rest) if end < 0 else end
                 fresh.append(rest_index[k])
             order = sorted(order + fresh) if order else fresh
+        else:
+            # no new salient line: when every one is a simple one (one logical line, nothing
+            # to follow), the loop below makes one LogLine of each, in order, and nothing else:
+            # made here in C-level maps instead
+            simple = list(map(self.simple.get, map(lines.__getitem__, order)))
+            if None not in simple:
+                self.dense = len(order) >= DENSE_LINES
+                return list(map(LogLine, map(line_at.__add__, order), map(itemgetter(0), simple),
+                                map(itemgetter(1), simple), repeat(self.source)))
         out: list[LogLine] = []
         append, known, source, line_type = out.append, salient.get, self.source, LogLine
         taken = 0
