@@ -109,7 +109,13 @@ class Guarded:
         self.literals = exact_literals(regex)
 
     def _may(self, text: str) -> bool:
-        return self.literals is None or any(lit in text for lit in self.literals)
+        literals = self.literals
+        if literals is None:
+            return True
+        for lit in literals:  # a loop, not any() over a generator: this runs on most salient lines
+            if lit in text:
+                return True
+        return False
 
     def search(self, text: str, *args):
         return self.regex.search(text, *args) if self._may(text) else None
@@ -273,14 +279,25 @@ class Pattern:
 
     def may_match(self, collapsed: str) -> bool:
         """The prefilter on a collapsed line: False means the regex cannot match it."""
-        if self.literals is not None and not any(lit in collapsed for lit in self.literals):
-            return False
+        literals = self.literals
+        if literals is not None:
+            for lit in literals:  # a loop, not any() over a generator (cheaper per line)
+                if lit in collapsed:
+                    break
+            else:
+                return False
         return self.need <= 1 or sum(w in collapsed for w in self.words) >= self.need
 
     def may_match_lowered(self, lowered: str) -> bool:
         """The prefilter on the line lower-cased, digits kept: for a pattern that tells digits
         apart, '295' must be in the line, not just any three digits."""
-        return self.exact is None or any(lit in lowered for lit in self.exact)
+        exact = self.exact
+        if exact is None:
+            return True
+        for lit in exact:  # a loop, not any() over a generator (cheaper per line)
+            if lit in lowered:
+                return True
+        return False
 
     def try_search(self, text: str):
         """The match, None, or TIMED_OUT when the search ran past SEARCH_TIMEOUT_S."""

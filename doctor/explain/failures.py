@@ -9,6 +9,7 @@ rank it waited for had already failed)."""
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -238,7 +239,9 @@ class FailureReader:
         # bounded, so that memory stays flat on a log of a million errors (the first ones are kept)
         self.events: list[FailureEvent] = CappedList(MAX_EVENTS, MAX_EVENTS_EACH, _event_key)
         self.tracebacks: list[Traceback] = CappedList(MAX_TRACEBACKS)
-        self._open: dict[tuple[int, int | None], Traceback] = {}
+        # oldest first, so that the oldest is dropped in O(1) (a plain dict's first key is found by
+        # walking past the deleted ones: slow when tracebacks of a thousand ranks stay open)
+        self._open: OrderedDict[tuple[int, int | None], Traceback] = OrderedDict()
         self._in_summary = False
         self._summary_rank: int | None = None
         self.summary_exit: int | None = None
@@ -300,13 +303,13 @@ class FailureReader:
             if stripped.startswith("Traceback (most recent call last)"):
                 self._open[key] = Traceback(line.rank, line.no, source=line.source)
                 if len(self._open) > MAX_OPEN_TRACEBACKS:
-                    del self._open[next(iter(self._open))]  # the oldest: a rank that never finished it
+                    self._open.popitem(last=False)  # the oldest: a rank that never finished it
                 return
         tb = self._open.get(key)
         if tb is None and not self._in_summary and text in self._inert:
             return
         if tb is not None:
-            fm = _FRAME.match(text) if text[:1].isspace() else None  # _FRAME starts with \s+
+            fm = _FRAME.match(text) if text[:1].isspace() and 'File "' in text else None  # _FRAME starts with \s+
             if fm:
                 if not tb.frames:
                     tb.indent = len(text) - len(text.lstrip())

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from itertools import compress, count
-from operator import not_
+from itertools import compress, count, repeat
+from operator import itemgetter, not_
 from typing import Iterable, Iterator
 
 from .lines import EXCEPTION_KEYWORDS, LogLine, line_pieces
@@ -43,6 +43,60 @@ _RANK_TAG = re.compile(rb"^\[(?:rank|default|Rank|RANK)\s?\d+\]:?")
 # only leave a word character where ':', '.' or the end must be, so nothing is given back)
 _EXC_LINE = re.compile(rb"^(?:\[\w++\]:)*+\s*+((?:[A-Za-z_]\w*+\.)*+[A-Za-z_]\w*+)(?::|\s*$)")
 _EXC_KEYWORDS = tuple(k.encode() for k in EXCEPTION_KEYWORDS)
+
+
+def _prepared(segment: bytes) -> tuple[tuple[tuple[int | None, str], ...], int, bytes, bool]:
+    """A segment's logical lines, how many lines after it to read as its continuation, the rank
+    tag those must carry, and whether it opens a rich box (_Scanner._prepare, unremembered)."""
+    pieces = tuple(line_pieces(segment.decode("utf-8", "replace")))
+    # the message of an exception often continues on lines with no trigger word;
+    # the source line under a traceback frame says what was being done; a rich boxed
+    # traceback's frames hold no trigger word at all
+    box = b"\xe2\x95\xad" in segment and _BOX_HEAD.match(segment) is not None
+    follow = (BOX_LINES if box else CONTINUATION_LINES if exception_segment(segment)
+              else 1 if _FRAME_LINE.match(segment) else 0)
+    tag = _RANK_TAG.match(segment) if follow else None
+    return pieces, follow, tag.group(0) if tag else b"", box
+
+
+# torchrun's own rank tag, once, then a line that starts no other tag (most lines of a multi-rank log)
+_TORCHRUN_TAG = re.compile(r"\[rank([0-9]+)\]: (?!\[)")
+_BOX_FIRST = ("│", "╭", "╰", "┃")
+_ASCII_SPACE = " \t\n\r\x0b\x0c"  # what bytes' \s is
+
+
+def _tagged(segment: bytes) -> tuple[tuple[tuple[int | None, str], ...], int, bytes, bool] | None:
+    """_prepared for '[rankN]: rest' where nothing in rest needs line_pieces' slower readings
+    (no ANSI code, redraw, glued line, box or undecodable byte, and short): the same result,
+    worked out directly. There, line_pieces takes no paste wrapper off (none starts '[r'),
+    split_rank takes exactly the tag and its space (rest starts no other tag), and what stays is
+    rest without trailing space, split before a 'Traceback (most recent call last)' inside it;
+    _FRAME_LINE's optional tag and spaces are this tag and rest's leading spaces. The tests are
+    made on the text (a byte test costs several times a str one). None: use _prepared."""
+    if len(segment) > MEMO_MAX_BYTES:
+        return None
+    text = segment.decode("utf-8", "replace")
+    m = _TORCHRUN_TAG.match(text)
+    if (m is None or "\x1b" in text or "\r" in text or "][" in text or "╭" in text or "\ufffd" in text):
+        return None
+    end = m.end()
+    body = text[end:].rstrip()
+    rank = int(m.group(1))
+    if not body:
+        pieces: tuple = ()
+    elif body.startswith(_BOX_FIRST):
+        return None
+    else:
+        idx = body.find("Traceback (most recent call last)")
+        if idx > 0:
+            head = body[:idx].rstrip()
+            pieces = ((rank, head), (rank, body[idx:])) if head.strip() else ((rank, body[idx:]),)
+        else:
+            pieces = ((rank, body),)
+    exc = _EXC_LINE.match(segment)
+    follow = (CONTINUATION_LINES if exc is not None and exc.group(1).endswith(_EXC_KEYWORDS)
+              else 1 if text[end:].lstrip(_ASCII_SPACE).startswith('File "') else 0)
+    return pieces, follow, segment[:end - 1] if follow else b"", False
 
 
 def exception_segment(segment: bytes) -> bool:
@@ -132,25 +186,22 @@ class _Scanner:
         # the memo's segments known to hold a trigger word (salient wherever they are); the memo
         # also holds lines read only as the continuation of another, which are not
         self.salient: dict[bytes, tuple[tuple[tuple[int | None, str], ...], int, bytes, bool]] = {}
+        # of those, the ones read as one logical line that takes no continuation: (text, rank)
+        self.simple: dict[bytes, tuple[str, int | None]] = {}
         self.dense = False  # the last block's salient lines were many and mostly known: see _dense_lines
         self.newlines = 0  # the '\n' in the block block_lines read last
 
     def _prepare(self, segment: bytes) -> tuple[tuple[tuple[int | None, str], ...], int, bytes, bool]:
         found = self.memo.get(segment)
         if found is None:
-            pieces = tuple(line_pieces(segment.decode("utf-8", "replace")))
-            # the message of an exception often continues on lines with no trigger word;
-            # the source line under a traceback frame says what was being done; a rich boxed
-            # traceback's frames hold no trigger word at all
-            box = b"\xe2\x95\xad" in segment and _BOX_HEAD.match(segment) is not None
-            follow = (BOX_LINES if box else CONTINUATION_LINES if exception_segment(segment)
-                      else 1 if _FRAME_LINE.match(segment) else 0)
-            tag = _RANK_TAG.match(segment) if follow else None
-            found = (pieces, follow, tag.group(0) if tag else b"", box)
+            found = _tagged(segment) if segment.startswith(b"[rank") else None
+            if found is None:
+                found = _prepared(segment)
             if len(segment) <= MEMO_MAX_BYTES:
                 if len(self.memo) >= MEMO_ENTRIES:
                     self.memo.clear()
                     self.salient.clear()
+                    self.simple.clear()
                 self.memo[segment] = found
         return found
 
@@ -159,6 +210,10 @@ class _Scanner:
         found = self._prepare(segment)
         if len(segment) <= MEMO_MAX_BYTES:
             self.salient[segment] = found
+            pieces, follow = found[0], found[1]
+            if len(pieces) == 1 and not follow:
+                rank, text = pieces[0]
+                self.simple[segment] = (text, rank)
         return found
 
     def _emit(self, segment: bytes, no: int, out: list[LogLine]) -> int:
@@ -301,6 +356,15 @@ class _Scanner:
                 pos = len(rest) if end < 0 else end
                 fresh.append(rest_index[k])
             order = sorted(order + fresh) if order else fresh
+        else:
+            # no new salient line: when every one is a simple one (one logical line, nothing
+            # to follow), the loop below makes one LogLine of each, in order, and nothing else:
+            # made here in C-level maps instead
+            simple = list(map(self.simple.get, map(lines.__getitem__, order)))
+            if None not in simple:
+                self.dense = len(order) >= DENSE_LINES
+                return list(map(LogLine, map(line_at.__add__, order), map(itemgetter(0), simple),
+                                map(itemgetter(1), simple), repeat(self.source)))
         out: list[LogLine] = []
         append, known, source, line_type = out.append, salient.get, self.source, LogLine
         taken = 0
