@@ -543,6 +543,7 @@ def main(argv: list[str]) -> int:
     modes = [True] if a.only_fix else ([False, True] if a.fix else [False])
 
     record_lock = threading.Lock()
+    done: list[dict] = []   # the outcomes so far, rewritten to --results after each fault (a killed batch keeps them)
 
     def one(fid: str) -> tuple[list[dict], int]:
         results, bad = [], 0
@@ -562,9 +563,12 @@ def main(argv: list[str]) -> int:
                   + (" (timed out)" if r["timed_out"] else ""), flush=True)
             if fix and not r["passed"]:
                 bad += 1
-        if a.out is None and results:
-            with record_lock:          # as soon as this fault is done: a long batch keeps what it did
+        with record_lock:              # as soon as this fault is done: a long batch keeps what it did
+            if a.out is None and results:
                 record(fid, results)
+            if a.results:
+                done.extend(results)
+                a.results.write_text(json.dumps(done, indent=1))
         return results, bad
 
     failed = 0
