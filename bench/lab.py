@@ -300,10 +300,10 @@ def summary_line(log: bytes) -> str:
     return f"train_loss = {m[-1].decode()}" if m else ""
 
 
-def run_one(fid: str, gpu: bool, fix: bool, out_dir: Path | None, keep: bool) -> dict:
+def run_one(fid: str, gpu: bool, fix: bool, out_dir: Path | None, keep: bool, any_device: bool = False) -> dict:
     fault = load_fault(fid)
     dev = "gpu" if gpu else "cpu"
-    if dev not in (fault.get("devices") or ["cpu"]):
+    if not any_device and dev not in (fault.get("devices") or ["cpu"]):
         return {"id": fid, "skipped": f"not a {dev} fault"}
     spec = resolve(fault, gpu, fix)
     cwd = WORK / (fid + ("-fix" if fix else "")) / dev
@@ -469,6 +469,8 @@ def main(argv: list[str]) -> int:
     pr.add_argument("--gpu", action="store_true", help="on this machine's GPUs; records gpu.log")
     pr.add_argument("--fix", action="store_true", help="also rerun with the fix and record fix_verified")
     pr.add_argument("--only-fix", action="store_true", help="rerun only with the fix")
+    pr.add_argument("--any-device", action="store_true",
+                    help="also run faults whose `devices` leave this device out (to see whether they fail there too)")
     pr.add_argument("--out", type=Path, help="write logs here instead of tests/lab (fault.yaml is left alone)")
     pr.add_argument("--keep", action="store_true", help="keep the run folders under " + str(WORK))
     pr.add_argument("--area")
@@ -549,7 +551,7 @@ def main(argv: list[str]) -> int:
         results, bad = [], 0
         for fix in modes:
             try:
-                r = run_one(fid, a.gpu, fix, a.out, a.keep)
+                r = run_one(fid, a.gpu, fix, a.out, a.keep, a.any_device)
             except Exception as e:  # a broken setup is reported, the other faults still run
                 print(f"{fid}: {'fix ' if fix else ''}setup/run error: {e}", flush=True)
                 bad += 1

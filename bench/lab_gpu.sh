@@ -6,7 +6,8 @@
 # Writes $OUT/lab-gpu.tgz (the gpu.log files and results.json) and $OUT/transcript.txt; here
 # `python bench/lab.py ingest FOLDER` takes them in. CHECK_WALL=N first times `mgft-doctor check`
 # against accelerate test (bench/check_wall.py, N repeats, warm cache) into $OUT/check_wall.json.
-# LAB_JOBS=N runs the first list N at a time (default 5); PHASE1_S=S stops it after S seconds (what finished is kept).
+# LAB_JOBS=N runs the first list N at a time (default 5); PHASE1_S=S stops it after S seconds (what finished is kept);
+# LAB_ANY=1 runs it with --any-device (CPU faults tried on the GPU).
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -46,8 +47,8 @@ if [ -n "${CHECK_WALL:-}" ]; then  # the doctor's wall time beside accelerate te
   stamp "check_wall: $(cat "$OUT/check_wall.json" | head -c 400)"
 fi
 if [ -n "${1:-}" ]; then
-  stamp "\$ python3 bench/lab.py run --gpu --jobs ${LAB_JOBS:-5} $1"
-  timeout ${PHASE1_S:-3600} python3 bench/lab.py run --gpu --jobs ${LAB_JOBS:-5} --results $R/a.json $1 2>&1 | tee -a "$T"; pack
+  stamp "\$ python3 bench/lab.py run --gpu --jobs ${LAB_JOBS:-5} ${LAB_ANY:+--any-device} $1"
+  timeout ${PHASE1_S:-3600} python3 bench/lab.py run --gpu --jobs ${LAB_JOBS:-5} ${LAB_ANY:+--any-device} --results $R/a.json $1 2>&1 | tee -a "$T"; pack
 fi
 if [ -n "${2:-}" ]; then
   stamp "\$ python3 bench/lab.py run --gpu --fix --jobs 4 $2"
