@@ -98,6 +98,10 @@ FRAME_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
                           r"parse_yaml_file|parse_dict|__post_init__)$|"
                           # the default process group (a custom script's own init, or DeepSpeed's)
                           r'distributed_c10d\.py", line \d+, in init_process_group$|deepspeed/comm/comm\.py", line \d+, in init_distributed$')),
+    # building the DeepSpeed engine or accelerate's prepare: the model is loaded, training is being set up.
+    # Checked last: the same calls also start the process group and wrap DataLoaders, which the entries above name.
+    (FIRST_STEP, re.compile(r'deepspeed/__init__\.py", line \d+, in initialize$|'
+                            r'accelerate/accelerator\.py", line \d+, in (?:prepare|_prepare_deepspeed|_prepare_one)$')),
 )
 
 

@@ -34,7 +34,7 @@ PHASE_WORDS = {
     "start-up": "at start-up (arguments, imports, launch)",
     "data loading": "while loading the data",
     "model loading": "while loading the model",
-    "first step": "at the start of training, before any step was logged",
+    "first step": "before its first training step",
     "mid-training": "mid-training",
     "saving": "while saving",
     "exit": "at exit, after training completed",
