@@ -48,6 +48,11 @@ TRIGGERS = tuple(literal for literal, _, _ in MARKERS)
 _IMPORT_ERROR = re.compile(r"(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b")
 _ANY_TRIGGER = re.compile("|".join(map(re.escape, TRIGGERS)))  # one C-level pass instead of a Python any()
 _ANY_MARKER = re.compile("|".join(f"(?:{p.pattern})" for _, p, _ in MARKERS))
+
+
+def names_no_phase(text: str) -> bool:
+    """True when the line names no phase, nor does any line of its shape (digits aside)."""
+    return _ANY_TRIGGER.search(text) is None
 _TOTAL_STEPS = re.compile(r"Total optimization steps = ([\d,]+)")
 
 # a tqdm bar without a description (the Trainer's): '[rank0]:  40%|####      | 1200/3000 ['
@@ -138,7 +143,7 @@ class _Track:
     block: int = -1
     first: tuple[int, str] | None = None  # the current block's first salient line
     pending: list[Mark] = field(default_factory=list)  # markers of the current block
-    block_lines: list[list[LogLine]] = field(default_factory=list)  # its salient lines, as fed (lists of them)
+    block_lines: list[tuple[list[LogLine], list]] = field(default_factory=list)  # its salient lines as fed, with the records passed over
     peeked: tuple[int, Mark] | None = None  # the current block's last progress or save
     kept: dict[int, bytes] = field(default_factory=dict)
     pinned: set[int] = field(default_factory=set)  # blocks kept because an error was printed in them
@@ -159,8 +164,12 @@ class PhaseTracker:
 
     def tap(self, source: LogSource, index: int) -> LogSource:
         """A source that yields the same line-aligned UTF-8 blocks, peeked at first."""
+        return LogSource(source.name, _BlockStream(self.blocks(source, index)), "utf-8")
+
+    def blocks(self, source: LogSource, index: int) -> Iterator[bytes]:
+        """The source's line-aligned UTF-8 blocks (source.iter_blocks), each peeked at first."""
         track = self._track = self.tracks.setdefault(index, _Track(index=index))
-        return LogSource(source.name, _BlockStream(self._watch(iter_blocks(source, self.block_size), track)), "utf-8")
+        return self._watch(iter_blocks(source, self.block_size), track)
 
     def _watch(self, blocks: Iterator[bytes], track: _Track) -> Iterator[bytes]:
         for block in blocks:
@@ -178,10 +187,13 @@ class PhaseTracker:
         """A salient line (see feed_block)."""
         self.feed_block([line])
 
-    def feed_block(self, lines: list[LogLine]) -> None:
+    def feed_block(self, lines: list[LogLine], passed=()) -> None:
         """Salient lines of one log, in order (a scanned block's): remembered for ordering the
         block's peeked mark; a marker where one names a phase. Most lines repeat one seen
-        before that named no phase (warnings repeat every step): one set lookup each."""
+        before that named no phase (warnings repeat every step): one set lookup each.
+        passed: tracebacks read as records whose lines are not among lines, as (index in lines
+        where they go, scan.Record); none names a phase, and their lines are made only if the
+        peeked mark is placed among them (_close_block)."""
         if not lines:
             return
         source = lines[0].source
@@ -192,7 +204,7 @@ class PhaseTracker:
             track.first = track.first_line[track.block] = (lines[0].no, lines[0].text)
         track.last_line = lines[-1].no
         if track.peeked is not None:
-            track.block_lines.append(lines)
+            track.block_lines.append((lines, passed))
         plain = self._plain
         for line in lines:
             text = line.text
@@ -323,7 +335,7 @@ def _close_block(track: _Track) -> None:
         pos, mark = track.peeked
         data = track.kept.get(track.block, b"")
         after, cursor = None, len(data)
-        for line in (ln for part in reversed(track.block_lines) for ln in reversed(part)):
+        for line in _backwards(track.block_lines):
             hit = data.rfind(line.text.strip()[:60].encode("utf-8", "replace"), pos, cursor)
             if hit < 0:
                 break
@@ -334,6 +346,21 @@ def _close_block(track: _Track) -> None:
     for m in marks:
         _append(track.marks, m)
     track.pending, track.block_lines, track.peeked = [], [], None
+
+
+def _backwards(parts: list[tuple[list[LogLine], list]]) -> Iterator[LogLine]:
+    """The lines fed in a block, last first, the passed-over records' lines made where reached."""
+    for lines, passed in reversed(parts):
+        if not passed:
+            yield from reversed(lines)
+            continue
+        j = len(passed) - 1
+        for i in range(len(lines), -1, -1):
+            while j >= 0 and passed[j][0] == i:
+                yield from reversed(passed[j][1].lines())
+                j -= 1
+            if i:
+                yield lines[i - 1]
 
 
 def _append(marks: list[Mark], mark: Mark) -> None:
