@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import io
+from itertools import compress
 from dataclasses import dataclass
 
 from ..catalog import Entry, load_catalog
@@ -109,8 +110,8 @@ class _Compactor:
     one key in a block that are alike so, only the first RECORDS_KEPT and the last RECORDS_KEPT
     are given, which changes nothing the readers keep: the matcher keeps the first and the last
     lines of each set of patterns in a block, the version finder the last version named. The
-    phase tracker gets the others as records, and makes their lines if it walks back that far;
-    the failure reader gets every record."""
+    phase tracker also gets the block's lines and records as read, and makes the records' lines
+    if it walks back that far; the failure reader gets every record."""
 
     def __init__(self, matcher: Matcher):
         self.matcher = matcher
@@ -118,6 +119,7 @@ class _Compactor:
         # (start, end in the record's bytes, the literal gate or None, the slots it must match,
         # whether those are the slots when the gate finds nothing)
         self.known: dict[bytes, tuple | None] = {}
+        self.seen: dict[bytes, tuple[int, ...]] = {}  # a line's bytes (after its tag) -> the matcher's answer
 
     def _probe(self, rec: Record) -> tuple | None:
         matcher = self.matcher
@@ -137,18 +139,17 @@ class _Compactor:
             at = end + 1
         return tuple(probe)
 
-    def compact(self, lines: list[LogLine], records: list[tuple[int, Record]]
-                ) -> tuple[list[LogLine], list[tuple[int, Record]]]:
-        """(the lines with the records' lines that are given put in, the records passed over as
-        (index in those lines where their lines would go, record))."""
-        by_key: dict[bytes, list[Record]] = {}
-        for _, rec in records:
+    def compact(self, lines: list[LogLine], records: list[tuple[int, Record]]) -> list[LogLine]:
+        """The lines with the lines of the records that are given put in where they were read."""
+        n = len(records)
+        by_key: dict[bytes, list[int]] = {}
+        for j, (_, rec) in enumerate(records):
             group = by_key.get(rec.key)
             if group is None:
-                by_key[rec.key] = [rec]
+                by_key[rec.key] = [j]
             else:
-                group.append(rec)
-        over: set[int] = set()
+                group.append(j)
+        mask = None
         k = RECORDS_KEPT
         known = self.known
         for key, group in by_key.items():
@@ -157,46 +158,69 @@ class _Compactor:
             if key in known:
                 probe = known[key]
             else:
-                probe = self._probe(group[0])
+                probe = self._probe(records[group[0]][1])
                 if len(known) >= SHAPES_KNOWN:
                     known.clear()
                 known[key] = probe
             if probe is None:
                 continue
             if probe:
-                alike = self._alike
-                group = [rec for rec in group if alike(rec.data, probe)]
+                group = self._alike(records, group, probe)
                 if len(group) <= 2 * k:
                     continue
-            over.update(map(id, group[k:-k]))
-        if not over:
-            return _expand(lines, records), []
+            if mask is None:
+                mask = bytearray(b"\x01") * n
+            for j in group[k:-k]:
+                mask[j] = 0
+        if mask is None:
+            return _expand(lines, records)
         out: list[LogLine] = []
-        passed: list[tuple[int, Record]] = []
         at = 0
-        for pos, rec in records:
+        for j in compress(range(n), mask):
+            pos, rec = records[j]
             if pos > at:
                 out += lines[at:pos]
                 at = pos
-            if id(rec) in over:
-                passed.append((len(out), rec))
-            else:
-                out += rec.lines()
+            out += rec.lines()
         out += lines[at:]
-        return out, passed
+        return out
 
-    def _alike(self, data: bytes, probe: tuple) -> bool:
-        """The matcher's answers for the record's lines at probe are the ones it gave the first."""
-        low = None
+    def _slots(self, line: bytes) -> tuple[int, ...]:
+        """The matcher's answer for a record's line (its bytes after the tag)."""
+        slots = self.seen.get(line)
+        if slots is None:
+            slots = self.matcher.matching_slots(line.decode("ascii").rstrip())
+            if len(self.seen) >= SHAPES_KNOWN:
+                self.seen.clear()
+            self.seen[line] = slots
+        return slots
+
+    def _alike(self, records: list[tuple[int, Record]], group: list[int], probe: tuple) -> list[int]:
+        """The records of group (indexes in records, of one key, the first among them probed)
+        for which the matcher answers at each probed line as it did for the first. They have
+        one length and layout: a literal gate runs once over all of them joined; a line that
+        holds a literal is asked about once for each distinct text."""
+        datas = [records[j][1].data for j in group]
+        bad: set[int] = set()
         for start, end, gate, want, bare in probe:
-            if bare and gate is not None:
-                if low is None:
-                    low = data.lower()
-                if gate.search(low, start, end) is None:
-                    continue  # none of the literals: the slots of the shape
-            if self.matcher.matching_slots(data[start:end].decode("ascii").rstrip()) != want:
-                return False
-        return True
+            lines = [d[start:end] for d in datas]
+            if bare and gate is not None and gate.search(lines[0].lower()) is None:
+                # the first holds none of the literals: find the others that do, all at once
+                # (the lines are of one length: where a literal is says whose line it is in)
+                width = end - start + 1
+                check = set()
+                for m in gate.finditer(b"\n".join(lines).lower()):
+                    check.add(m.start() // width)
+                    check.add((m.end() - 1) // width)
+                values = {i: lines[i] for i in check if i < len(lines)}
+            else:
+                values = dict(enumerate(lines))
+            wrong = {line for line in set(values.values()) if self._slots(line) != want}
+            if wrong:
+                bad.update(i for i, line in values.items() if line in wrong)
+        if not bad:
+            return group
+        return [j for i, j in enumerate(group) if i not in bad]
 
 
 def _expand(lines, records):
@@ -227,12 +251,10 @@ def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
             pin = reader.feed_block(lines, records)
             if pin is not None:
                 phases.pin(pin)
-            passed = ()
-            if records:
-                lines, passed = compactor.compact(lines, records)
-            _match_block(matcher, lines)
-            versions.feed_block(lines)
-            phases.feed_block(lines, passed)
+            given = compactor.compact(lines, records) if records else lines
+            _match_block(matcher, given)
+            versions.feed_block(given)
+            phases.feed_block(given, (lines, records) if records else None)
         line_totals[index] = stats.get("lines", 0) - before
     return _Read(reader.finish(), matcher, versions, phases, line_totals, stats)
 

@@ -143,7 +143,7 @@ class _Track:
     block: int = -1
     first: tuple[int, str] | None = None  # the current block's first salient line
     pending: list[Mark] = field(default_factory=list)  # markers of the current block
-    block_lines: list[tuple[list[LogLine], list]] = field(default_factory=list)  # its salient lines as fed, with the records passed over
+    block_lines: list[tuple[list[LogLine], list]] = field(default_factory=list)  # its salient lines, as read (lines and records)
     peeked: tuple[int, Mark] | None = None  # the current block's last progress or save
     kept: dict[int, bytes] = field(default_factory=dict)
     pinned: set[int] = field(default_factory=set)  # blocks kept because an error was printed in them
@@ -187,13 +187,14 @@ class PhaseTracker:
         """A salient line (see feed_block)."""
         self.feed_block([line])
 
-    def feed_block(self, lines: list[LogLine], passed=()) -> None:
+    def feed_block(self, lines: list[LogLine], read: tuple[list[LogLine], list] | None = None) -> None:
         """Salient lines of one log, in order (a scanned block's): remembered for ordering the
         block's peeked mark; a marker where one names a phase. Most lines repeat one seen
         before that named no phase (warnings repeat every step): one set lookup each.
-        passed: tracebacks read as records whose lines are not among lines, as (index in lines
-        where they go, scan.Record); none names a phase, and their lines are made only if the
-        peeked mark is placed among them (_close_block)."""
+        read: where lines leave out tracebacks read as records (none of which names a phase,
+        and which are neither the block's first salient line nor its last), the block's lines
+        as the scanner read them: (lines, [(index in those where a record's lines go,
+        scan.Record), ...]), whose lines are made only if the peeked mark is placed among them."""
         if not lines:
             return
         source = lines[0].source
@@ -204,7 +205,7 @@ class PhaseTracker:
             track.first = track.first_line[track.block] = (lines[0].no, lines[0].text)
         track.last_line = lines[-1].no
         if track.peeked is not None:
-            track.block_lines.append((lines, passed))
+            track.block_lines.append(read or (lines, ()))
         plain = self._plain
         for line in lines:
             text = line.text
@@ -349,15 +350,15 @@ def _close_block(track: _Track) -> None:
 
 
 def _backwards(parts: list[tuple[list[LogLine], list]]) -> Iterator[LogLine]:
-    """The lines fed in a block, last first, the passed-over records' lines made where reached."""
-    for lines, passed in reversed(parts):
-        if not passed:
+    """The salient lines of a block, last first, records' lines made where reached."""
+    for lines, records in reversed(parts):
+        if not records:
             yield from reversed(lines)
             continue
-        j = len(passed) - 1
+        j = len(records) - 1
         for i in range(len(lines), -1, -1):
-            while j >= 0 and passed[j][0] == i:
-                yield from reversed(passed[j][1].lines())
+            while j >= 0 and records[j][0] == i:
+                yield from reversed(records[j][1].lines())
                 j -= 1
             if i:
                 yield lines[i - 1]

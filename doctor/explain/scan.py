@@ -128,6 +128,7 @@ _RECORD = re.compile(
     rb"(?!(?P=tag))"
 )
 _TRACEBACK_AT = b"Traceback (most recent call last):\n"
+_TRACEBACK_WORDS = b"Traceback (most recent call last)"  # once in a record (_tagged splits a line before it)
 
 
 class Record:
@@ -157,25 +158,6 @@ class Record:
             t, rank, source, no = self.tag, self.rank, self.source, self.no
             self._lines = [LogLine(no + k, text[t:].rstrip(), rank, source) for k, text in enumerate(texts)]
         return self._lines
-
-
-def _record(block: bytes, m: re.Match, no: int, source: int, hits: list[int], i: int) -> Record | None:
-    """The record that m matched, or None where the scanner reads those lines otherwise."""
-    start, end = m.span()
-    data = block[start:end]
-    if b"][" in data or data.count(b"Traceback (most recent call last)") != 1:
-        return None
-    if end - start > MEMO_MAX_BYTES and max(map(len, data.split(b"\n"))) > MEMO_MAX_BYTES:
-        return None
-    exc = m.start("exc")
-    tag = m.end("tag") - start
-    if exc >= 0:
-        if not block.startswith(b"   File", block.rfind(b"\n", start, exc - 1) + 1 + tag):  # under a source line: salient on its own only
-            k = bisect_left(hits, exc, i)
-            if k >= len(hits) or hits[k] >= m.end("exc"):
-                return None
-        exc -= start
-    return Record(data, no, int(m.group("rank")), tag + 1, source, exc)
 
 
 def expand(lines: list[LogLine], records: list[tuple[int, Record]]) -> list[LogLine]:
@@ -355,7 +337,7 @@ class _Scanner:
         records: a list to put the tracebacks read as records in (else none is)."""
         first_line = line_at
         record_at = _RECORD.match if records is not None else None
-        rec_of, source_index = _record, self.source
+        record_type, source_index, startswith = Record, self.source, block.startswith
         out: list[LogLine] = []
         append, known, source, line_type = out.append, self.salient.get, self.source, LogLine
         rfind, find, count = block.rfind, block.find, block.count
@@ -373,18 +355,26 @@ class _Scanner:
                 continue
             taken += 1
             start = rfind(b"\n", pos - 1 if pos else 0, hit) + 1
+            line_at += count(b"\n", counted_to, start)
+            counted_to = start
+            if record_at is not None and startswith(_TRACEBACK_AT, hit):
+                m = record_at(block, start)
+                if m is not None:  # a record, unless it holds what _tagged leaves to line_pieces
+                    stop = m.end()
+                    data = block[start:stop]
+                    if (b"][" not in data and data.count(_TRACEBACK_WORDS) == 1
+                            and (stop - start <= MEMO_MAX_BYTES or max(map(len, data.split(b"\n"))) <= MEMO_MAX_BYTES)):
+                        exc, tag = m.start(3), m.end(1) - start
+                        # an exception line under a source line is read only if it holds a trigger word
+                        if (exc < 0 or startswith(b"   File", rfind(b"\n", start, exc - 1) + 1 + tag)
+                                or bisect_left(hits, exc, i) < bisect_left(hits, m.end(3), i)):
+                            records.append((len(out), record_type(data, line_at, int(m.group(2)), tag + 1, source_index,
+                                                                  exc - start if exc >= 0 else -1)))
+                            pos = stop
+                            continue
             stop = find(b"\n", hit)
             if stop < 0:
                 stop = end
-            line_at += count(b"\n", counted_to, start)
-            counted_to = start
-            if record_at is not None and block.startswith(_TRACEBACK_AT, hit):
-                m = record_at(block, start)
-                rec = rec_of(block, m, line_at, source_index, hits, i) if m is not None else None
-                if rec is not None:
-                    records.append((len(out), rec))
-                    pos = m.end()
-                    continue
             line = block[start:stop]
             found = known(line)
             if found is None:
