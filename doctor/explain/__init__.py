@@ -97,7 +97,8 @@ def _match_block(matcher: Matcher, lines: list[LogLine], _known: dict | None = N
 
 
 RECORDS_KEPT = 4  # records of one key kept at each end of a block for the readers of lines (>= KEEP_FIRST, KEEP_LAST)
-SHAPES_KNOWN = 10_000  # record keys remembered with whether their middle records may be passed over
+SHAPES_KNOWN = 4_096  # record keys remembered with whether their middle records may be passed over
+RECORD_MAX_BYTES = 4_096  # longer records are always given (their keys are not worth remembering)
 
 
 class _Compactor:
@@ -153,7 +154,7 @@ class _Compactor:
         k = RECORDS_KEPT
         known = self.known
         for key, group in by_key.items():
-            if len(group) <= 2 * k:
+            if len(group) <= 2 * k or len(key) > RECORD_MAX_BYTES:
                 continue
             if key in known:
                 probe = known[key]

@@ -232,6 +232,7 @@ class FailureAnalysis:
 
 
 _READ_LINES = object()
+RECORD_SHAPES = 4_096  # exception lines' shapes remembered (each at most scan.MEMO_MAX_BYTES)
 
 
 class FailureReader:
@@ -255,7 +256,7 @@ class FailureReader:
         self._chain_marks: list[tuple[int, int | None, int, bool]] = []
         self._inert = InertLines()  # lines that changed nothing: a warning printed every step is read once
         self._detail_for: dict[tuple[int, int | None], FailureEvent] = {}  # a header exception awaiting its message lines
-        self._record_exceptions: dict = {}  # Record.key -> what its exception line is (_record_exception)
+        self._record_exceptions: dict = {}  # exception line's shape -> what it is (_record_exception)
 
     def feed_block(self, lines: list[LogLine], records: list | tuple = ()) -> LogLine | None:
         """feed() each line in turn; return the first line that added a primary event or a logged
@@ -317,9 +318,10 @@ class FailureReader:
                     opened.popitem(last=False)
             return None
         if key not in self._unraisable_until:
-            primary = self._record_exceptions.get(rec.key)
+            shape = rec.key[rec.exc:]  # the exception line's shape says what it is to the reader
+            primary = self._record_exceptions.get(shape)
             if primary is None:
-                primary = self._record_exception(rec)
+                primary = self._record_exception(rec, shape)
             if primary is not _READ_LINES:
                 events = self.events
                 if len(events) >= events.total or events.kept((rec.source, rec.rank, "exception", primary)) >= events.per_key:
@@ -332,7 +334,7 @@ class FailureReader:
                     return None
         return self._feed_lines(rec.lines(), None)
 
-    def _record_exception(self, rec):
+    def _record_exception(self, rec, shape: bytes):
         """Whether a closed record's exception would be a primary event (its shape says it), or
         _READ_LINES where the record must be read line by line (not an exception line to the
         reader, a header exception whose message follows, a CalledProcessError)."""
@@ -342,9 +344,9 @@ class FailureReader:
             found = _READ_LINES
         else:
             found = not WRAPPER_EXCEPTIONS.search(stripped)
-        if len(self._record_exceptions) >= InertLines.MAX_ENTRIES:
+        if len(self._record_exceptions) >= RECORD_SHAPES:
             self._record_exceptions.clear()
-        self._record_exceptions[rec.key] = found
+        self._record_exceptions[shape] = found
         return found
 
     def _traceback(self, key: tuple[int, int | None]) -> "Traceback | None":
