@@ -2,7 +2,9 @@
 
 Pipeline: open (source) -> salient lines (scan, lines) -> failure events and root error
 (failures) + catalog evidence (match) + versions (versions) + the run's phase (phase, which
-also peeks at the byte blocks) -> a report (report) -> render."""
+also peeks at the byte blocks) -> a report (report) -> render. A traceback printed under
+torchrun's rank tag in its plain form is read as one record (scan.Record) that the readers
+share; its lines are made only where a reader needs them (_Compactor, FailureReader.feed_record)."""
 
 from __future__ import annotations
 
