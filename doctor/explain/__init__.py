@@ -2,12 +2,15 @@
 
 Pipeline: open (source) -> salient lines (scan, lines) -> failure events and root error
 (failures) + catalog evidence (match) + versions (versions) + the run's phase (phase, which
-also peeks at the byte blocks) -> a report (report) -> render."""
+also peeks at the byte blocks) -> a report (report) -> render. A traceback printed under
+torchrun's rank tag in its plain form is read as one record (scan.Record) that the readers
+share; its lines are made only where a reader needs them (_Compactor, FailureReader.feed_record)."""
 
 from __future__ import annotations
 
 import gc
 import io
+from itertools import compress
 from dataclasses import dataclass
 
 from ..catalog import Entry, load_catalog
@@ -17,11 +20,11 @@ from .failures import FailureAnalysis, FailureReader, is_consequence
 from .lines import LogLine
 from .match import CACHE_MAX_CHARS, KEEP_FIRST, KEEP_LAST, Candidate, Matcher
 from .phase import TRIGGERS as PHASE_TRIGGERS
-from .phase import PhaseTracker, job_of
+from .phase import PhaseTracker, job_of, names_no_phase
 from .report import SCHEMA, Diagnosis, ExplainReport
-from .scan import compile_triggers, scan_blocks
+from .scan import Record, compile_triggers, scan_records
 from .source import LogSource, open_log
-from .versions import LogVersions, installed_versions
+from .versions import LogVersions, installed_versions, version_blind
 
 __all__ = ["SCHEMA", "Diagnosis", "ExplainReport", "explain_paths", "explain_sources", "explain_text"]
 MAX_DIAGNOSES = 5
@@ -58,20 +61,19 @@ def _read(sources: list[LogSource], entries: list[Entry]) -> _Read:
         gc.set_threshold(*threshold)
 
 
-MATCHED_ENTRIES = 50_000  # texts remembered with the catalog patterns that match them; a full memo starts again
-
-
-def _match_block(matcher: Matcher, lines: list[LogLine], known: dict[str, tuple[int, ...]]) -> None:
+def _match_block(matcher: Matcher, lines: list[LogLine], _known: dict | None = None) -> None:
     """Feed a block's lines to the matcher, which keeps, for each set of patterns that matched
     a line, the first KEEP_FIRST and the last KEEP_LAST lines it was fed (match.Hits). Of the
     lines of one block with the same set, only the first KEEP_FIRST and the last KEEP_LAST are
     fed, in order: that keeps the same lines (the first ones of the log are among the first of
     some blocks, the last ones among the last), and a warning printed at every step costs a
-    dict lookup. known: text -> the slots that match it, as the matcher answered (bounded; the
-    matcher's answer for a text does not change). A line longer than the matcher remembers
-    would be searched again when asked about: a block with one is fed whole, as it comes."""
+    dict lookup in the matcher's own memo (text -> the slots that match it; its answer for a
+    text does not change). A line longer than the matcher remembers would be searched again
+    when asked about: a block with one is fed whole, as it comes. (_known: once a memo of
+    this function's own, now the matcher's; still taken, not used.)"""
     groups: dict[tuple[int, ...], list[LogLine]] = {}
-    get = known.get
+    get = matcher.memo.get
+    slots_of = matcher.matching_slots
     for line in lines:
         text = line.text
         slots = get(text)
@@ -81,10 +83,7 @@ def _match_block(matcher: Matcher, lines: list[LogLine], known: dict[str, tuple[
                     if get(line.text) != ():
                         matcher.feed(line)
                 return
-            slots = matcher.matching_slots(text)  # the matcher's own memo answers again when feed() asks
-            if len(known) >= MATCHED_ENTRIES:
-                known.clear()
-            known[text] = slots
+            slots = slots_of(text)
         if not slots:
             continue
         group = groups.get(slots)
@@ -92,12 +91,145 @@ def _match_block(matcher: Matcher, lines: list[LogLine], known: dict[str, tuple[
             groups[slots] = [line]
         else:
             group.append(line)
-    feed = matcher.feed
-    for group in groups.values():
+    add = matcher.add
+    for slots, group in groups.items():
         if len(group) > KEEP_FIRST + KEEP_LAST:
             group = group[:KEEP_FIRST] + group[-KEEP_LAST:]
-        for line in group:
-            feed(line)
+        add(slots, group)
+
+
+RECORDS_KEPT = 4  # records of one key kept at each end of a block for the readers of lines (>= KEEP_FIRST, KEEP_LAST)
+SHAPES_KNOWN = 4_096  # record keys remembered with whether their middle records may be passed over
+RECORD_MAX_BYTES = 4_096  # longer records are always given (their keys are not worth remembering)
+
+
+class _Compactor:
+    """Which tracebacks read as records the matcher, the version finder and the phase tracker
+    are given the lines of. Records with one key (Record.key: their bytes, digits aside) have
+    lines of one shape each. The version finder and the phase tracker cannot tell those apart
+    where they name no version in a way digits change and no phase; the matcher where its
+    patterns match the same lines of each (for most lines the shape says it: no pattern that
+    tells digits apart may match them; for the others, the matcher is asked). Of the records of
+    one key in a block that are alike so, only the first RECORDS_KEPT and the last RECORDS_KEPT
+    are given, which changes nothing the readers keep: the matcher keeps the first and the last
+    lines of each set of patterns in a block, the version finder the last version named. The
+    phase tracker also gets the block's lines and records as read, and makes the records' lines
+    if it walks back that far; the failure reader gets every record."""
+
+    def __init__(self, matcher: Matcher):
+        self.matcher = matcher
+        # key -> None (never passed over), or the lines the matcher must be asked about:
+        # (start, end in the record's bytes, the literal gate or None, the slots it must match,
+        # whether those are the slots when the gate finds nothing)
+        self.known: dict[bytes, tuple | None] = {}
+        self.seen: dict[bytes, tuple[int, ...]] = {}  # a line's bytes (after its tag) -> the matcher's answer
+
+    def _probe(self, rec: Record) -> tuple | None:
+        matcher = self.matcher
+        probe = []
+        at = 0
+        data = rec.data
+        for ln in rec.lines():
+            end = data.index(b"\n", at)
+            text = ln.text
+            if len(text) > CACHE_MAX_CHARS or not version_blind(text) or not names_no_phase(text):
+                return None
+            found = matcher.shape_probe(text)
+            if found is not None:
+                blind, gate = found
+                want = matcher.matching_slots(text)
+                probe.append((at + rec.tag, end, gate, want, want == blind))
+            at = end + 1
+        return tuple(probe)
+
+    def compact(self, lines: list[LogLine], records: list[tuple[int, Record]]) -> list[LogLine]:
+        """The lines with the lines of the records that are given put in where they were read."""
+        n = len(records)
+        by_key: dict[bytes, list[int]] = {}
+        for j, (_, rec) in enumerate(records):
+            group = by_key.get(rec.key)
+            if group is None:
+                by_key[rec.key] = [j]
+            else:
+                group.append(j)
+        mask = None
+        k = RECORDS_KEPT
+        known = self.known
+        for key, group in by_key.items():
+            if len(group) <= 2 * k or len(key) > RECORD_MAX_BYTES:
+                continue
+            if key in known:
+                probe = known[key]
+            else:
+                probe = self._probe(records[group[0]][1])
+                if len(known) >= SHAPES_KNOWN:
+                    known.clear()
+                known[key] = probe
+            if probe is None:
+                continue
+            if probe:
+                group = self._alike(records, group, probe)
+                if len(group) <= 2 * k:
+                    continue
+            if mask is None:
+                mask = bytearray(b"\x01") * n
+            for j in group[k:-k]:
+                mask[j] = 0
+        if mask is None:
+            return _expand(lines, records)
+        out: list[LogLine] = []
+        at = 0
+        for j in compress(range(n), mask):
+            pos, rec = records[j]
+            if pos > at:
+                out += lines[at:pos]
+                at = pos
+            out += rec.lines()
+        out += lines[at:]
+        return out
+
+    def _slots(self, line: bytes) -> tuple[int, ...]:
+        """The matcher's answer for a record's line (its bytes after the tag)."""
+        slots = self.seen.get(line)
+        if slots is None:
+            slots = self.matcher.matching_slots(line.decode("ascii").rstrip())
+            if len(self.seen) >= SHAPES_KNOWN:
+                self.seen.clear()
+            self.seen[line] = slots
+        return slots
+
+    def _alike(self, records: list[tuple[int, Record]], group: list[int], probe: tuple) -> list[int]:
+        """The records of group (indexes in records, of one key, the first among them probed)
+        for which the matcher answers at each probed line as it did for the first. They have
+        one length and layout: a literal gate runs once over all of them joined; a line that
+        holds a literal is asked about once for each distinct text."""
+        datas = [records[j][1].data for j in group]
+        bad: set[int] = set()
+        for start, end, gate, want, bare in probe:
+            lines = [d[start:end] for d in datas]
+            if bare and gate is not None and gate.search(lines[0].lower()) is None:
+                # the first holds none of the literals: find the others that do, all at once
+                # (the lines are of one length: where a literal is says whose line it is in)
+                width = end - start + 1
+                check = set()
+                for m in gate.finditer(b"\n".join(lines).lower()):
+                    check.add(m.start() // width)
+                    check.add((m.end() - 1) // width)
+                values = {i: lines[i] for i in check if i < len(lines)}
+            else:
+                values = dict(enumerate(lines))
+            wrong = {line for line in set(values.values()) if self._slots(line) != want}
+            if wrong:
+                bad.update(i for i, line in values.items() if line in wrong)
+        if not bad:
+            return group
+        return [j for i, j in enumerate(group) if i not in bad]
+
+
+def _expand(lines, records):
+    from .scan import expand
+
+    return expand(lines, records)
 
 
 def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
@@ -106,24 +238,26 @@ def _read_lines(sources: list[LogSource], entries: list[Entry]) -> _Read:
     time, and each reader takes the block in one call: none of them depends on another (the
     tracker keeps a block whose lines hold an error, which is a block's matter too), so each
     goes through the block on its own, and a line that each has seen before and found to
-    change nothing costs it one set lookup."""
+    change nothing costs it one set lookup. Tracebacks read as records (scan.Record) go to the
+    failure reader as such, and to the others as _Compactor says."""
     triggers = _triggers(entries)
     matcher = Matcher(entries)
     reader = FailureReader()
     versions = LogVersions()
     phases = PhaseTracker()
+    compactor = _Compactor(matcher)
     stats: dict = {}
     line_totals: dict[int, int] = {}
-    matched: dict[str, tuple[int, ...]] = {}  # text -> the matcher's slots that match it
     for index, source in enumerate(sources):
         before = stats.get("lines", 0)
-        for lines in scan_blocks(phases.tap(source, index), triggers, index, stats):
-            pin = reader.feed_block(lines)
+        for lines, records in scan_records(None, triggers, index, stats, phases.blocks(source, index)):
+            pin = reader.feed_block(lines, records)
             if pin is not None:
                 phases.pin(pin)
-            _match_block(matcher, lines, matched)
-            versions.feed_block(lines)
-            phases.feed_block(lines)
+            given = compactor.compact(lines, records) if records else lines
+            _match_block(matcher, given)
+            versions.feed_block(given)
+            phases.feed_block(given, (lines, records) if records else None)
         line_totals[index] = stats.get("lines", 0) - before
     return _Read(reader.finish(), matcher, versions, phases, line_totals, stats)
 

@@ -173,7 +173,7 @@ _LOGGER_WHERE = re.compile(r"([A-Za-z_][\w.]*):(\d+)\b")
 NCCL_WARN = re.compile(r"NCCL WARN")
 BENIGN_NCCL_WARN = re.compile(r"Failed to open libibverbs|NET/Plugin|Could not find|libnccl-net")
 WARN_BEFORE_ERROR_LINES = 200
-MAX_EVENTS, MAX_EVENTS_EACH, MAX_TRACEBACKS, MAX_OPEN_TRACEBACKS = 100_000, 256, 10_000, 1024
+MAX_EVENTS, MAX_EVENTS_EACH, MAX_OPEN_TRACEBACKS = 100_000, 256, 1024
 UNRAISABLE = re.compile(r"^Exception ignored in")  # Python's unraisable hook: an error in __del__, not a failure
 UNRAISABLE_WINDOW = 30
 # Lines that say something failed but only echo a failure reported elsewhere.
@@ -217,7 +217,6 @@ class FailureEvent:
 @dataclass
 class FailureAnalysis:
     events: list[FailureEvent]
-    tracebacks: list[Traceback]
     failed_rank: int | None  # torchrun's 'Root Cause' rank, or the rank of the root error
     exit_codes: list[int]
     root: FailureEvent | None
@@ -232,13 +231,16 @@ class FailureAnalysis:
         return self.root is not None
 
 
+_READ_LINES = object()
+RECORD_SHAPES = 4_096  # exception lines' shapes remembered (each at most scan.MEMO_MAX_BYTES)
+
+
 class FailureReader:
     """Fed the salient lines in order; builds tracebacks per rank and the failure events."""
 
     def __init__(self) -> None:
         # bounded, so that memory stays flat on a log of a million errors (the first ones are kept)
         self.events: list[FailureEvent] = CappedList(MAX_EVENTS, MAX_EVENTS_EACH, _event_key)
-        self.tracebacks: list[Traceback] = CappedList(MAX_TRACEBACKS)
         # oldest first, so that the oldest is dropped in O(1) (a plain dict's first key is found by
         # walking past the deleted ones: slow when tracebacks of a thousand ranks stay open)
         self._open: OrderedDict[tuple[int, int | None], Traceback] = OrderedDict()
@@ -254,16 +256,34 @@ class FailureReader:
         self._chain_marks: list[tuple[int, int | None, int, bool]] = []
         self._inert = InertLines()  # lines that changed nothing: a warning printed every step is read once
         self._detail_for: dict[tuple[int, int | None], FailureEvent] = {}  # a header exception awaiting its message lines
+        self._record_exceptions: dict = {}  # exception line's shape -> what it is (_record_exception)
 
-    def feed_block(self, lines: list[LogLine]) -> LogLine | None:
+    def feed_block(self, lines: list[LogLine], records: list | tuple = ()) -> LogLine | None:
         """feed() each line in turn; return the first line that added a primary event or a logged
         error (the phase tracker keeps the block it is in), or None. A line that changed nothing
-        before is passed over here, under feed()'s own condition for that, without a call."""
+        before is passed over here, under feed()'s own condition for that, without a call.
+        records: tracebacks read as records (scan.Record), as (index in lines, record): each is
+        read where its lines would be, as they would be (feed_record)."""
+        if not records:
+            return self._feed_lines(lines, None)
+        pin = None
+        at = 0
+        for pos, rec in records:
+            if pos > at:
+                pin = self._feed_lines(lines[at:pos], pin)
+                at = pos
+            found = self.feed_record(rec)
+            if pin is None:
+                pin = found
+        if at < len(lines):
+            pin = self._feed_lines(lines[at:], pin)
+        return pin
+
+    def _feed_lines(self, lines: list[LogLine], pin: LogLine | None) -> LogLine | None:
         inert = self._inert.texts  # the set itself: a membership test without a Python call
         opened = self._open
         events, logged = self.events, self.logged
         read = self._read  # feed() without its own test of the condition just tested here
-        pin = None
         for line in lines:
             if (line.text in inert and not self._in_summary and not self._detail_for
                     and (not opened or (line.source, line.rank) not in opened)):
@@ -276,6 +296,80 @@ class FailureReader:
             if (len(events) > n_events and events[-1].primary) or len(logged) > n_logged:
                 pin = line
         return pin
+
+    def feed_record(self, rec) -> LogLine | None:
+        """A traceback read as a record (scan.Record): what feeding its lines would do, and
+        what _feed_lines would return. Its lines are made only where they can matter: a
+        traceback left open is kept as the record until a line of its rank comes (_traceback),
+        and a closed one whose exception event would be dropped (that rank's events are full)
+        only closes the traceback it opened; anything else is read line by line."""
+        key = (rec.source, rec.rank)
+        opened = self._open
+        if rec.exc < 0:
+            # the header: it ends a header exception's message and opens the traceback (an
+            # open one of the same rank is replaced where it is); then only frames and source lines
+            if self._detail_for:
+                self._detail_for.pop(key, None)
+            if key in opened:
+                opened[key] = rec
+            else:
+                opened[key] = rec
+                if len(opened) > MAX_OPEN_TRACEBACKS:
+                    opened.popitem(last=False)
+            return None
+        if key not in self._unraisable_until:
+            shape = rec.key[rec.exc:]  # the exception line's shape says what it is to the reader
+            primary = self._record_exceptions.get(shape)
+            if primary is None:
+                primary = self._record_exception(rec, shape)
+            if primary is not _READ_LINES:
+                events = self.events
+                if len(events) >= events.total or events.kept((rec.source, rec.rank, "exception", primary)) >= events.per_key:
+                    if self._detail_for:
+                        self._detail_for.pop(key, None)
+                    if key in opened:
+                        del opened[key]
+                    elif len(opened) >= MAX_OPEN_TRACEBACKS:
+                        opened.popitem(last=False)  # the header's traceback pushed the oldest out
+                    return None
+        return self._feed_lines(rec.lines(), None)
+
+    def _record_exception(self, rec, shape: bytes):
+        """Whether a closed record's exception would be a primary event (its shape says it), or
+        _READ_LINES where the record must be read line by line (not an exception line to the
+        reader, a header exception whose message follows, a CalledProcessError)."""
+        stripped = rec.exception_text().strip()
+        em = EXCEPTION_LINE.match(stripped)
+        if em is None or stripped.endswith(":") or em.group("type").endswith("CalledProcessError"):
+            found = _READ_LINES
+        else:
+            found = not WRAPPER_EXCEPTIONS.search(stripped)
+        if len(self._record_exceptions) >= RECORD_SHAPES:
+            self._record_exceptions.clear()
+        self._record_exceptions[shape] = found
+        return found
+
+    def _traceback(self, key: tuple[int, int | None]) -> "Traceback | None":
+        """The open traceback of key, made from its record if it is one (left where it is)."""
+        tb = self._open.get(key)
+        if tb is None or type(tb) is Traceback:
+            return tb
+        lines = tb.lines()
+        head = lines[0]
+        made = Traceback(head.rank, head.no, source=head.source)
+        for line in lines[1:]:  # as _read takes them: frames and the source lines under them
+            text = line.text
+            fm = _FRAME.match(text) if text[:1].isspace() and 'File "' in text else None
+            if fm:
+                if not made.frames:
+                    made.indent = len(text) - len(text.lstrip())
+                made.files.append(fm.group("file"))
+                made.frames.append(line)
+                made.code = None
+            elif made.frames and text.strip().strip("^~ "):
+                made.code = line
+        self._open[key] = made
+        return made
 
     def feed(self, line: LogLine) -> None:
         # a line that changed nothing before changes nothing now while no traceback of its rank is
@@ -306,6 +400,8 @@ class FailureReader:
                     self._open.popitem(last=False)  # the oldest: a rank that never finished it
                 return
         tb = self._open.get(key)
+        if tb is not None and type(tb) is not Traceback:
+            tb = self._traceback(key)
         if tb is None and not self._in_summary and text in self._inert:
             return
         if tb is not None:
@@ -340,7 +436,6 @@ class FailureReader:
             if em:
                 tb.exception = line
                 tb.exc_type = em.group("type")
-                self.tracebacks.append(tb)
                 del self._open[key]
                 self._exception_event(line, tb)
                 return
@@ -440,9 +535,6 @@ class FailureReader:
             del self._detail_for[key]
 
     def finish(self) -> FailureAnalysis:
-        for tb in self._open.values():
-            if tb.frames:  # a traceback cut off at the end of the log
-                self.tracebacks.append(tb)
         primaries = [e for e in self.events if e.primary]
         others = [e for e in primaries if not _HEARTBEAT_ABORT.search(e.line.text)]
         primaries = others or primaries  # a heartbeat abort is the failure only when nothing else is
@@ -467,7 +559,7 @@ class FailureReader:
             lines |= _root_lines(linked)
         if chained and (_bare(root) or self._raised_from(root, chained[-1])):
             root = chained[-1]  # the exception the library raised to explain the first ('raise X from e')
-        return FailureAnalysis(self.events, self.tracebacks, self._failed_rank(root, consequences),
+        return FailureAnalysis(self.events, self._failed_rank(root, consequences),
                                self.exit_codes, root, lines, self.failed_rank, consequences, chained,
                                list(root.detail) if root is not None else [])
 

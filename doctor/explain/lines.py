@@ -122,6 +122,10 @@ class CappedList(list):
         self.total, self.per_key, self.key = total, per_key, key
         self._counts: dict = {}
 
+    def kept(self, k) -> int:
+        """How many items with key k were kept."""
+        return self._counts.get(k, 0)
+
     def append(self, item) -> None:
         if len(self) >= self.total:
             return

@@ -48,6 +48,11 @@ TRIGGERS = tuple(literal for literal, _, _ in MARKERS)
 _IMPORT_ERROR = re.compile(r"(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b")
 _ANY_TRIGGER = re.compile("|".join(map(re.escape, TRIGGERS)))  # one C-level pass instead of a Python any()
 _ANY_MARKER = re.compile("|".join(f"(?:{p.pattern})" for _, p, _ in MARKERS))
+
+
+def names_no_phase(text: str) -> bool:
+    """True when the line names no phase, nor does any line of its shape (digits aside)."""
+    return _ANY_TRIGGER.search(text) is None
 _TOTAL_STEPS = re.compile(r"Total optimization steps = ([\d,]+)")
 
 # a tqdm bar without a description (the Trainer's): '[rank0]:  40%|####      | 1200/3000 ['
@@ -142,7 +147,7 @@ class _Track:
     block: int = -1
     first: tuple[int, str] | None = None  # the current block's first salient line
     pending: list[Mark] = field(default_factory=list)  # markers of the current block
-    block_lines: list[list[LogLine]] = field(default_factory=list)  # its salient lines, as fed (lists of them)
+    block_lines: list[tuple[list[LogLine], list]] = field(default_factory=list)  # its salient lines, as read (lines and records)
     peeked: tuple[int, Mark] | None = None  # the current block's last progress or save
     kept: dict[int, bytes] = field(default_factory=dict)
     pinned: set[int] = field(default_factory=set)  # blocks kept because an error was printed in them
@@ -163,8 +168,12 @@ class PhaseTracker:
 
     def tap(self, source: LogSource, index: int) -> LogSource:
         """A source that yields the same line-aligned UTF-8 blocks, peeked at first."""
+        return LogSource(source.name, _BlockStream(self.blocks(source, index)), "utf-8")
+
+    def blocks(self, source: LogSource, index: int) -> Iterator[bytes]:
+        """The source's line-aligned UTF-8 blocks (source.iter_blocks), each peeked at first."""
         track = self._track = self.tracks.setdefault(index, _Track(index=index))
-        return LogSource(source.name, _BlockStream(self._watch(iter_blocks(source, self.block_size), track)), "utf-8")
+        return self._watch(iter_blocks(source, self.block_size), track)
 
     def _watch(self, blocks: Iterator[bytes], track: _Track) -> Iterator[bytes]:
         for block in blocks:
@@ -182,10 +191,14 @@ class PhaseTracker:
         """A salient line (see feed_block)."""
         self.feed_block([line])
 
-    def feed_block(self, lines: list[LogLine]) -> None:
+    def feed_block(self, lines: list[LogLine], read: tuple[list[LogLine], list] | None = None) -> None:
         """Salient lines of one log, in order (a scanned block's): remembered for ordering the
         block's peeked mark; a marker where one names a phase. Most lines repeat one seen
-        before that named no phase (warnings repeat every step): one set lookup each."""
+        before that named no phase (warnings repeat every step): one set lookup each.
+        read: where lines leave out tracebacks read as records (none of which names a phase,
+        and which are neither the block's first salient line nor its last), the block's lines
+        as the scanner read them: (lines, [(index in those where a record's lines go,
+        scan.Record), ...]), whose lines are made only if the peeked mark is placed among them."""
         if not lines:
             return
         source = lines[0].source
@@ -196,7 +209,7 @@ class PhaseTracker:
             track.first = track.first_line[track.block] = (lines[0].no, lines[0].text)
         track.last_line = lines[-1].no
         if track.peeked is not None:
-            track.block_lines.append(lines)
+            track.block_lines.append(read or (lines, ()))
         plain = self._plain
         for line in lines:
             text = line.text
@@ -327,7 +340,7 @@ def _close_block(track: _Track) -> None:
         pos, mark = track.peeked
         data = track.kept.get(track.block, b"")
         after, cursor = None, len(data)
-        for line in (ln for part in reversed(track.block_lines) for ln in reversed(part)):
+        for line in _backwards(track.block_lines):
             hit = data.rfind(line.text.strip()[:60].encode("utf-8", "replace"), pos, cursor)
             if hit < 0:
                 break
@@ -338,6 +351,21 @@ def _close_block(track: _Track) -> None:
     for m in marks:
         _append(track.marks, m)
     track.pending, track.block_lines, track.peeked = [], [], None
+
+
+def _backwards(parts: list[tuple[list[LogLine], list]]) -> Iterator[LogLine]:
+    """The salient lines of a block, last first, records' lines made where reached."""
+    for lines, records in reversed(parts):
+        if not records:
+            yield from reversed(lines)
+            continue
+        j = len(records) - 1
+        for i in range(len(lines), -1, -1):
+            while j >= 0 and records[j][0] == i:
+                yield from reversed(records[j][1].lines())
+                j -= 1
+            if i:
+                yield lines[i - 1]
 
 
 def _append(marks: list[Mark], mark: Mark) -> None:

@@ -108,6 +108,72 @@ def exception_segment(segment: bytes) -> bool:
 _FRAME_LINE = re.compile(rb'^(?:\[\w+\]:)*\s+File "')
 
 
+# A traceback printed under torchrun's rank tag in its plainest form, read as one record: the
+# header, frames ('  File "...", line N, in fn', each with at most one source line under it),
+# and the exception line or nothing (a traceback cut off), with no line of the same tag after it.
+# Every line of one is read as _tagged reads it, and as one logical line: the header and the
+# frames hold a trigger word, each source line is the continuation of its frame, the exception
+# line is the continuation of a frame without a source line, or salient for a trigger word of
+# its own (Record.of checks it), and nothing after the record continues it. So its lines are
+# made from its bytes in one go (Record.lines), and readers that can do without them (most
+# records of a log that prints the same traceback at every step) are given the record.
+_RECORD = re.compile(
+    rb"(?P<tag>\[rank(?P<rank>[0-9]+)\]:) Traceback \(most recent call last\):\n"
+    # a frame, then its source line, unless it is the last frame (a frame's continuation is the
+    # next line, whatever it is, and a frame read as one takes no continuation of its own)
+    rb'(?:(?P=tag)   File "[ !#-~]++", line [0-9]++, in [ -~]*+\n'
+    rb"(?:(?P=tag)     [ ]*+(?!Exception ignored in|The above exception was the direct cause|During handling of the above)"
+    rb"[!-~][ -~]*+\n|(?=(?P=tag) [A-Za-z_])|(?!(?P=tag))))++"
+    rb"(?P<exc>(?P=tag) [A-Za-z_][ -~]*+\n)?+"
+    rb"(?!(?P=tag))"
+)
+_TRACEBACK_AT = b"Traceback (most recent call last):\n"
+_TRACEBACK_WORDS = b"Traceback (most recent call last)"  # once in a record (_tagged splits a line before it)
+
+
+class Record:
+    """One traceback read as a record (see _RECORD): its bytes and where it is; its lines are
+    made once, when a reader asks for them."""
+
+    __slots__ = ("data", "key", "no", "rank", "tag", "source", "exc", "_lines")
+
+    def __init__(self, data: bytes, no: int, rank: int, tag: int, source: int, exc: int):
+        self.data, self.no, self.rank, self.tag, self.source, self.exc = data, no, rank, tag, source, exc
+        self.key = data.translate(_DIGIT_BYTES)  # records with one key have lines of one shape each
+        self._lines: list[LogLine] | None = None
+
+    @property
+    def closed(self) -> bool:
+        """It ends in its exception line."""
+        return self.exc >= 0
+
+    def exception_text(self) -> str:
+        """The exception line's text (as lines() makes it), or '' for an open record."""
+        return self.data[self.exc + self.tag:-1].decode("ascii").rstrip() if self.exc >= 0 else ""
+
+    def lines(self) -> list[LogLine]:
+        if self._lines is None:
+            texts = self.data.decode("ascii").split("\n")
+            texts.pop()
+            t, rank, source, no = self.tag, self.rank, self.source, self.no
+            self._lines = [LogLine(no + k, text[t:].rstrip(), rank, source) for k, text in enumerate(texts)]
+        return self._lines
+
+
+def expand(lines: list[LogLine], records: list[tuple[int, Record]]) -> list[LogLine]:
+    """lines with each record's lines put where it was read (records: (index in lines, record))."""
+    if not records:
+        return lines
+    out: list[LogLine] = []
+    at = 0
+    for pos, rec in records:
+        out += lines[at:pos]
+        out += rec.lines()
+        at = pos
+    out += lines[at:]
+    return out
+
+
 # A glog line of c10d/NCCL at error or fatal severity ('E1201 14:03:22.123456 12345 socket.cpp:540]
 # ...', perhaps behind rank tags) is salient even with no trigger word in it. The automaton looks
 # for these heads (a line start, or the end of a rank tag, then E/F and a month digit); the hit is
@@ -170,6 +236,7 @@ MEMO_MAX_BYTES = 1024  # longer segments are rarely repeated: not worth the memo
 # out the lines around the trigger words is quicker than splitting the block.
 DENSE_LINES = 2_000
 DENSE_FRESH = 0.8
+RECORDS_SPARSE = 64  # a block after one with this many records is read by _sparse_lines (records are read there)
 
 
 class _Scanner:
@@ -250,18 +317,27 @@ class _Scanner:
         return self._emit(line, no, out)
 
     def block_lines(self, block: bytes, line_at: int) -> list[LogLine]:
-        """The salient lines of one block whose first line is number line_at; the two ways of
+        """The salient lines of one block whose first line is number line_at; the ways of
         finding them give the same lines, one is quicker when most of them repeat."""
+        return expand(*self.block_records(block, line_at))
+
+    def block_records(self, block: bytes, line_at: int) -> tuple[list[LogLine], list[tuple[int, Record]]]:
+        """block_lines, with the tracebacks read as records (see _RECORD) left out of the lines:
+        (lines, [(index in lines where the record's lines go, record), ...])."""
         if block.count(b"\r", 0, SQUEEZE_SAMPLE) > block.count(b"\n", 0, SQUEEZE_SAMPLE):
             block = _squeeze_redraws(block)
         if self.dense:
-            return self._dense_lines(block, line_at)
-        return self._sparse_lines(block, line_at)
+            return self._dense_lines(block, line_at), []
+        records: list[tuple[int, Record]] = []
+        return self._sparse_lines(block, line_at, records), records
 
-    def _sparse_lines(self, block: bytes, line_at: int) -> list[LogLine]:
+    def _sparse_lines(self, block: bytes, line_at: int, records: list | None = None) -> list[LogLine]:
         """Trigger words found in the whole block; each one's line cut out around it. The '\n'
-        are counted on the way, once (counting one byte is a plain loop in C, no memchr)."""
+        are counted on the way, once (counting one byte is a plain loop in C, no memchr).
+        records: a list to put the tracebacks read as records in (else none is)."""
         first_line = line_at
+        record_at = _RECORD.match if records is not None else None
+        record_type, source_index, startswith = Record, self.source, block.startswith
         out: list[LogLine] = []
         append, known, source, line_type = out.append, self.salient.get, self.source, LogLine
         rfind, find, count = block.rfind, block.find, block.count
@@ -279,11 +355,26 @@ class _Scanner:
                 continue
             taken += 1
             start = rfind(b"\n", pos - 1 if pos else 0, hit) + 1
+            line_at += count(b"\n", counted_to, start)
+            counted_to = start
+            if record_at is not None and startswith(_TRACEBACK_AT, hit):
+                m = record_at(block, start)
+                if m is not None:  # a record, unless it holds what _tagged leaves to line_pieces
+                    stop = m.end()
+                    data = block[start:stop]
+                    if (b"][" not in data and data.count(_TRACEBACK_WORDS) == 1
+                            and (stop - start <= MEMO_MAX_BYTES or max(map(len, data.split(b"\n"))) <= MEMO_MAX_BYTES)):
+                        exc, tag = m.start(3), m.end(1) - start
+                        # an exception line under a source line is read only if it holds a trigger word
+                        if (exc < 0 or startswith(b"   File", rfind(b"\n", start, exc - 1) + 1 + tag)
+                                or bisect_left(hits, exc, i) < bisect_left(hits, m.end(3), i)):
+                            records.append((len(out), record_type(data, line_at, int(m.group(2)), tag + 1, source_index,
+                                                                  exc - start if exc >= 0 else -1)))
+                            pos = stop
+                            continue
             stop = find(b"\n", hit)
             if stop < 0:
                 stop = end
-            line_at += count(b"\n", counted_to, start)
-            counted_to = start
             line = block[start:stop]
             found = known(line)
             if found is None:
@@ -320,7 +411,7 @@ class _Scanner:
                     self._take(line, line_at, out, need_trigger=False)
                 pos = stop + 1
                 follow -= 1
-        self.dense = taken >= DENSE_LINES and fresh <= taken * DENSE_FRESH
+        self.dense = taken >= DENSE_LINES and fresh <= taken * DENSE_FRESH and not (records and len(records) >= RECORDS_SPARSE)
         self.newlines = line_at - first_line + count(b"\n", counted_to)
         return out
 
@@ -479,19 +570,28 @@ def scan(source: LogSource, triggers: Triggers, source_index: int = 0,
         yield from lines
 
 
-def scan_blocks(source: LogSource, triggers: Triggers, source_index: int = 0,
-                stats: dict | None = None) -> Iterator[list[LogLine]]:
+def scan_blocks(source: LogSource | None, triggers: Triggers, source_index: int = 0,
+                stats: dict | None = None, blocks: Iterable[bytes] | None = None) -> Iterator[list[LogLine]]:
     """The salient lines of one log a block at a time (a non-empty list each, in order), so
     that the readers behind take a block's lines in one call; the next block is read only
-    when the caller asks for it (the phase tracker watches the blocks go by)."""
+    when the caller asks for it (the phase tracker watches the blocks go by). blocks: the
+    log's blocks as iter_blocks(source) yields them, when the caller has them already."""
+    for lines, records in scan_records(source, triggers, source_index, stats, blocks):
+        yield expand(lines, records)
+
+
+def scan_records(source: LogSource | None, triggers: Triggers, source_index: int = 0,
+                 stats: dict | None = None, blocks: Iterable[bytes] | None = None
+                 ) -> Iterator[tuple[list[LogLine], list[tuple[int, Record]]]]:
+    """scan_blocks, with the tracebacks read as records apart (_Scanner.block_records)."""
     scanner = _Scanner(triggers, source_index)
     line_base = 1  # line number at the start of the current block
     total_bytes = 0
-    for block in iter_blocks(source):
+    for block in iter_blocks(source) if blocks is None else blocks:
         total_bytes += len(block)
-        lines = scanner.block_lines(block, line_base)
-        if lines:
-            yield lines
+        lines, records = scanner.block_records(block, line_base)
+        if lines or records:
+            yield lines, records
         line_base += scanner.newlines
     if stats is not None:
         stats["bytes"] = stats.get("bytes", 0) + total_bytes
