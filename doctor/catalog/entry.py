@@ -48,6 +48,9 @@ class VersionCondition:
 class Fix:
     text: str
     when: tuple[VersionCondition, ...] = ()
+    # a fix for one form of the error: shown on a terminal only when this matches the root error or
+    # the evidence (-v and --json keep every fix); None: the fix fits every form
+    if_log: stdlib_re.Pattern[str] | None = None
 
 
 @dataclass
@@ -142,6 +145,17 @@ def _affects(raw, path: str) -> tuple[VersionCondition, ...]:
     return conditions
 
 
+def _if_log(value, path: str, field_name: str) -> stdlib_re.Pattern[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise CatalogError(path, field_name, "must be a regular expression (a string)")
+    try:
+        return stdlib_re.compile(value, stdlib_re.IGNORECASE)
+    except stdlib_re.error as exc:
+        raise CatalogError(path, field_name, f"not a valid regular expression: {exc}")
+
+
 def parse_entry(data, path: str) -> Entry:
     if not isinstance(data, dict):
         raise CatalogError(path, "<root>", "must be a mapping")
@@ -181,9 +195,10 @@ def parse_entry(data, path: str) -> Entry:
         if isinstance(item, str):
             fixes.append(Fix(item.strip()))
         elif isinstance(item, dict) and isinstance(item.get("text"), str):
-            fixes.append(Fix(item["text"].strip(), _conditions(item.get("when"), path, f"fixes[{i}].when")))
+            fixes.append(Fix(item["text"].strip(), _conditions(item.get("when"), path, f"fixes[{i}].when"),
+                             _if_log(item.get("if_log"), path, f"fixes[{i}].if_log")))
         else:
-            raise CatalogError(path, f"fixes[{i}]", "must be a string or {text: ..., when: ...}")
+            raise CatalogError(path, f"fixes[{i}]", "must be a string or {text: ..., when: ..., if_log: ...}")
     if not fixes:
         raise CatalogError(path, "fixes", "needs at least one fix")
     refs = _need(data, "references", list, path)

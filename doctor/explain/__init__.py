@@ -14,7 +14,7 @@ from itertools import compress
 from dataclasses import dataclass
 
 from ..catalog import Entry, load_catalog
-from ..catalog.fixes import choose_fixes
+from ..catalog.fixes import fixes_in_focus, kept_fixes
 from .advice import advise
 from .failures import FailureAnalysis, FailureReader, is_consequence
 from .lines import LogLine
@@ -280,7 +280,8 @@ def explain_sources(sources: list[LogSource], use_installed: bool = False,
         candidates = [c for c in read.matcher.rank(set()) if c.entry.standalone]
         if candidates:
             root_line, root_kind = candidates[0].evidence[0], "anomaly"
-    diagnoses = [_diagnosis(cand, found) for cand in candidates[:MAX_DIAGNOSES]]
+    root_texts = [ln.text for ln in ([root_line] if root_line is not None else []) + list(analysis.root_detail)]
+    diagnoses = [_diagnosis(cand, found, root_texts) for cand in candidates[:MAX_DIAGNOSES]]
     phase = advice = None
     job = "training"
     consequences = [e.line for e in analysis.consequences]
@@ -327,11 +328,13 @@ def _root_followers(analysis) -> set[tuple[int, int]]:
     return {(root.line.source, n) for n in range(root.line.no + 1, root.line.no + 8)} - echoes
 
 
-def _diagnosis(cand: Candidate, versions: dict[str, str]) -> Diagnosis:
+def _diagnosis(cand: Candidate, versions: dict[str, str], root_texts: list[str]) -> Diagnosis:
     e = cand.entry
     confidence = round(min(0.97, 1 - 0.5 ** cand.score), 2)
-    return Diagnosis(e.code, e.title, confidence, e.explanation, choose_fixes(e.fixes, versions),
-                     cand.evidence, cand.rank, e.references)
+    kept = kept_fixes(e.fixes, versions)
+    focus = fixes_in_focus(kept, root_texts + [ln.text for ln in cand.evidence])
+    return Diagnosis(e.code, e.title, confidence, e.explanation, [text for _, text in kept],
+                     cand.evidence, cand.rank, e.references, focus)
 
 
 def explain_paths(paths: list[str], use_installed: bool = False) -> ExplainReport:

@@ -131,8 +131,12 @@ def _diagnosis(out: Out, d: Diagnosis, label: str, report: ExplainReport, verbos
     out.item(0, "", f"[bold]{label}: [cyan]{d.code}[/] {escape(d.title)}[/]  [dim](confidence {d.confidence:.2f})[/]")
     out.item(2, "", escape(d.explanation.strip()))
     out.item(2, "", "[bold]Fix:[/]")
-    for i, fix in enumerate(d.fixes, 1):
-        out.item(4, f"{i}. ", escape(fix))
+    shown = range(len(d.fixes)) if verbose or d.focus is None else d.focus
+    for n, i in enumerate(shown, 1):
+        out.item(4, f"{n}. ", escape(d.fixes[i]))
+    if len(shown) < len(d.fixes):
+        other = len(d.fixes) - len(shown)
+        out.item(4, "", f"[dim]({other} more fix{'es' if other > 1 else ''} for other forms of this error: -v)[/]")
     root = report.root_error
     shown = [ev for ev in d.evidence if verbose or root is None or (ev.source, ev.no) != (root.source, root.no)]
     for i, ev in enumerate(shown[: 8 if verbose else EVIDENCE_LINES]):

@@ -22,6 +22,7 @@ class Diagnosis:
     evidence: list[LogLine]
     rank: int | None
     references: list[str]
+    focus: list[int] | None = None  # the fixes a terminal report shows without -v (None: all)
 
 
 @dataclass
