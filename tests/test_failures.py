@@ -596,3 +596,42 @@ def test_a_bare_exception_heading_a_chain_shows_the_link_that_says_what_failed()
     handled = CHAINED.replace("The above exception was the direct cause of the following exception:",
                               "During handling of the above exception, another exception occurred:")
     assert explain_text(handled, [_entry("x")]).root_error.text == "KeyError: 'eval_accuracy'"
+
+
+def test_cpp_backtrace_frame_of_a_watchdog_dump_is_no_error():
+    # node 2's rank 11 ran out of memory; node 0's rank 2 timed out later and its c10::Error dump
+    # prints unprefixed C++ frames ('frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(...)'):
+    # a function name that mentions a timeout, not an error of its own
+    log = ("[rank11]: Traceback (most recent call last):\n"
+           '[rank11]:   File "/x/transformers/integrations/sdpa_attention.py", line 96, in sdpa_attention_forward\n'
+           "[rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.35 GiB. GPU 3 has a total capacity of 63.42 GiB of which 1.70 GiB is free.\n"
+           "E1026 03:51:32.904000 2521679 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 3 (pid: 2521736) of binary: /usr/bin/python3\n"
+           "[rank2]:[E1026 04:21:33.019004421 ProcessGroupNCCL.cpp:632] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1911, OpType=_ALLGATHER_BASE, NumelIn=10485760, NumelOut=10485760, Timeout(ms)=1800000) ran for 1800090 milliseconds before timing out.\n"
+           "Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:635 (most recent call first):\n"
+           "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98 (0x7f87a2d785e8 in /x/torch/lib/libc10.so)\n"
+           "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x23d (0x7f874dbcba6d in /x/torch/lib/libtorch_cuda.so)\n"
+           "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0xc80 (0x7f874dbcd7f0 in /x/torch/lib/libtorch_cuda.so)\n"
+           "terminate called after throwing an instance of 'c10::DistBackendError'\n")
+    r = explain_text(log)
+    assert r.root_error.text.startswith("torch.OutOfMemoryError") and r.root_error.rank == 11
+
+
+def test_mp_spawn_parent_exception_is_a_wrapper_of_the_workers_error():
+    # torch.multiprocessing.spawn (torch < 1.9) re-raises a worker's failure as a bare Exception whose
+    # message is the worker's traceback; the worker's exception is the root
+    log = ("Traceback (most recent call last):\n"
+           '  File "main.py", line 110, in main\n'
+           "    mp.spawn(main_worker, nprocs=ngpus_per_node, args=(ngpus_per_node, args))\n"
+           '  File "/opt/conda/lib/python3.6/site-packages/torch/multiprocessing/spawn.py", line 114, in join\n'
+           "    raise Exception(msg)\n"
+           "Exception: \n\n-- Process 2 terminated with the following error:\n"
+           "Traceback (most recent call last):\n"
+           '  File "/opt/conda/lib/python3.6/site-packages/torch/multiprocessing/spawn.py", line 19, in _wrap\n'
+           "    fn(i, *args)\n"
+           '  File "/workspace/main.py", line 151, in main_worker\n'
+           "    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])\n"
+           "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:260, unhandled cuda error\n")
+    r = explain_text(log)
+    assert r.root_error.text.startswith("RuntimeError: NCCL error in:")
+    new = log.replace("Exception: ", "torch.multiprocessing.spawn.ProcessRaisedException: ")
+    assert explain_text(new).root_error.text.startswith("RuntimeError: NCCL error in:")

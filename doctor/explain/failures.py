@@ -23,7 +23,15 @@ _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
 # Exceptions that only wrap or report a failure that happened elsewhere.
 WRAPPER_EXCEPTIONS = guard(re.compile(
     r"ChildFailedError|SignalException|^subprocess\.CalledProcessError: Command '\[?'?(?:torchrun|deepspeed|accelerate|ninja|python\S*', '-m', 'torch\.distributed)"
+    # torch.multiprocessing.spawn re-raising a worker's error in the parent ('-- Process N terminated
+    # with the following error:' and the worker's own traceback after it; torch/multiprocessing/spawn.py)
+    r"|ProcessRaisedException"
 ))  # guard: every exception line is tested, and a substring test rules out most
+# mp.spawn before torch 1.9 raised a plain Exception with the worker's traceback as its message
+_SPAWN_FILE = "multiprocessing/spawn.py"
+# a C++ backtrace line under a c10::Error ('frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(...) +
+# 0x23d (0x7f.. in .../libtorch_cuda.so)'): a function name, never an error of its own
+_CPP_FRAME = re.compile(r"^frame #\d+: ")
 _SIGNAL_EXCEPTION = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
 FORWARDED_EXITS = (-15, -2, -1)  # what workers exit with when the launcher forwards its SIGTERM/SIGINT/SIGHUP
 _ROOT_CAUSE_HEADER = re.compile(r"Root Cause \(first observed failure\)")
@@ -382,7 +390,7 @@ class FailureReader:
             self.exit_codes.append(code)
             self.events.append(FailureEvent("exit", line, primary=False, exit_code=code))
             return
-        if SECONDARY_LINES.search(text):
+        if SECONDARY_LINES.search(text) or (stripped[:6] == "frame " and _CPP_FRAME.match(stripped)):
             self._inert.add(text)
             return
         for kind, pattern in PRIMARY_LINES:
@@ -415,6 +423,10 @@ class FailureReader:
         wrapper = bool(WRAPPER_EXCEPTIONS.search(stripped))
         # llamafactory-cli's own traceback only reports that torchrun, its child, failed
         if tb is not None and tb.exc_type.endswith("CalledProcessError") and tb.files and tb.files[0].endswith(("llamafactory-cli", "/cli.py")):
+            wrapper = True
+        # the parent of torch.multiprocessing.spawn re-raising what a worker raised: the worker's own
+        # traceback follows ('-- Process 2 terminated with the following error:')
+        if tb is not None and tb.files and tb.files[-1].endswith(_SPAWN_FILE) and tb.exc_type in ("Exception", "ProcessRaisedException"):
             wrapper = True
         event = FailureEvent("exception", line, primary=not wrapper, traceback=tb)
         self.events.append(event)
