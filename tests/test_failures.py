@@ -635,3 +635,11 @@ def test_mp_spawn_parent_exception_is_a_wrapper_of_the_workers_error():
     assert r.root_error.text.startswith("RuntimeError: NCCL error in:")
     new = log.replace("Exception: ", "torch.multiprocessing.spawn.ProcessRaisedException: ")
     assert explain_text(new).root_error.text.startswith("RuntimeError: NCCL error in:")
+
+
+def test_nccl_tests_failure_line_is_a_failure():
+    log = ("# nThread 1 nGpus 4 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+           "#  Rank  0 Pid   1688 on    fastmoe device  0 [0x18] GeForce RTX 2080 Ti\n"
+           "fastmoe: Test NCCL failure common.cu:777 'unhandled system error'\n")
+    r = explain_text(log)
+    assert r.failure and "Test NCCL failure" in r.root_error.text

@@ -45,7 +45,9 @@ _NONZERO_EXIT = guard(r"(?:returned non-zero exit status|exit status|exited with
 PRIMARY_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("signal", re.compile(r"^(?:Killed|Segmentation fault|Bus error|Aborted|Illegal instruction|Floating point exception)(?: \(core dumped\))?\b|\bSegmentation fault \(core dumped\)|: line \d+: +\d+ (?:Killed|Segmentation fault|Bus error|Aborted)")),
     ("signal", re.compile(r"^Fatal Python error:|^terminate called (?:after throwing|without an active exception)")),
-    ("nccl", re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b|ProcessGroupNCCL.*(?:timed out|Timeout)|watchdog got stuck for \d+|DistBackendError|socketStartConnect|Connection reset by peer|ncclCommInitRank failed")),
+    ("nccl", re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b|ProcessGroupNCCL.*(?:timed out|Timeout)|watchdog got stuck for \d+|DistBackendError|socketStartConnect|Connection reset by peer|ncclCommInitRank failed|"
+                         # nccl-tests (src/common.h NCCLCHECK/CUDACHECK): '<host>: Test NCCL failure common.cu:777 'unhandled system error''
+                         r"\bTest (?:NCCL|CUDA) failure \S+:\d+")),
     ("cuda", re.compile(r"CUDA out of memory|CUDA error: |CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cudaError\w+|device-side assert triggered|no CUDA GPUs are available|invalid device ordinal")),
     ("compiler", re.compile(r"^(?:\S+:\d+(?::\d+)?: )?(?:fatal )?error: |^FAILED: |^ERROR: No supported gcc|^ninja: build stopped|^collect2: error|^/usr/bin/ld: cannot find|error: command '.*' failed|nvcc fatal|^\S+: \d+: \S+: not found$|^/bin/(?:ba)?sh: .*not found")),
     ("cli", re.compile(r"^\S+: error: (?:the following arguments are required|unrecognized arguments|argument )|command not found$|^usage: .*\n?.*error:")),
