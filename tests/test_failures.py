@@ -643,3 +643,19 @@ def test_nccl_tests_failure_line_is_a_failure():
            "fastmoe: Test NCCL failure common.cu:777 'unhandled system error'\n")
     r = explain_text(log)
     assert r.failure and "Test NCCL failure" in r.root_error.text
+
+
+def test_watchdog_carrying_a_cuda_error_is_the_ranks_own_error():
+    # the watchdog is where an asynchronous kernel fault surfaced: a CUDA error of this rank, no timeout echo
+    log = (" 94%|#########4| 837/888 [9:42:50<34:08, 40.17s/it][rank7]:[E ProcessGroupNCCL.cpp:1182] [Rank 7] NCCL watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n"
+           "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"
+           "frame #3: c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal() const + 0x52 (0x7f5c10a91a12 in /x/torch/lib/libtorch_cuda.so)\n"
+           "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+           "  what():  [Rank 7] NCCL watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n"
+           "[2024-04-03 22:11:55,660] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -6) local_rank: 7 (pid: 41008) of binary: /usr/bin/python\n")
+    r = explain_text(log)
+    assert "illegal memory access" in r.root_error.text and r.root_error.rank == 7
+    # a timeout carried by the same wording stays an echo
+    from mgft_doctor.explain.failures import is_consequence
+    assert is_consequence("[PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE)")
+    assert not is_consequence("[Rank 7] NCCL watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered")

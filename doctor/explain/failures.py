@@ -68,7 +68,9 @@ COLLECTIVE_TIMEOUT = re.compile(
     r"NCCL operation timed out|timed out in blocking wait|Exception \(either an error or timeout\) detected by watchdog|"
     r"Timed out waiting \d+ms for (?:recv|send) operation|Heartbeat monitor timed out|watchdog got stuck for|"
     r"Received a dump signal due to a collective timeout|Observed flight recorder dump signal|"
-    r"watchdog thread terminated with exception|"
+    # (not when the exception it carries is a CUDA error of this rank: 'watchdog thread terminated with
+    # exception: CUDA error: an illegal memory access was encountered' is the rank's own kernel fault)
+    r"watchdog thread terminated with exception(?!: CUDA error)|"
     # ProcessGroupNCCL's own account of the timed-out work, printed next to (often before) the
     # watchdog line: 'Timeout at NCCL work: N, last enqueued NCCL work: M, last completed NCCL
     # work: K.' (torch 2.2-2.5), 'failure detected by watchdog at work sequence id: N PG status:
@@ -190,7 +192,7 @@ UNRAISABLE_WINDOW = 30
 SECONDARY_LINES = guard(re.compile(
     r"closing signal SIGTERM|closing signal SIGINT|Killing subprocess|sigkill_handler|"
     r"Some NCCL operations have failed or timed out|To avoid data inconsistency|"
-    r"NCCL watchdog thread terminated|Received \d+ death signal|Received Signals\.|ChildFailedError"
+    r"NCCL watchdog thread terminated(?! with exception: CUDA error)|Received \d+ death signal|Received Signals\.|ChildFailedError"
 ))  # guard: a substring test first, most lines need no regex
 
 
