@@ -659,3 +659,20 @@ def test_watchdog_carrying_a_cuda_error_is_the_ranks_own_error():
     from mgft_doctor.explain.failures import is_consequence
     assert is_consequence("[PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE)")
     assert not is_consequence("[Rank 7] NCCL watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered")
+
+
+def test_summary_global_rank_replaces_the_launchers_local_rank():
+    # node 1 of a 2-node job (global ranks 8-15): the agent's 'failed ... local_rank: 3' names local rank 3,
+    # its summary names global rank 11, the rank that failed first: its own error is the root, not rank 9's
+    log = ("[rank9]: Traceback (most recent call last):\n"
+           '[rank9]:   File "/w/train.py", line 91, in <module>\n'
+           "[rank9]: ValueError: loss is nan\n"
+           "[rank11]: Traceback (most recent call last):\n"
+           '[rank11]:   File "/w/train.py", line 80, in <module>\n'
+           "[rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.35 GiB. GPU 3 has a total capacity of 79.10 GiB of which 1.70 GiB is free.\n"
+           "E1026 03:51:32.904000 2521679 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 3 (pid: 2521736) of binary: /usr/bin/python3\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+           "Root Cause (first observed failure):\n[0]:\n  time      : 2025-10-26_03:51:31\n"
+           "  rank      : 11 (local_rank: 3)\n  exitcode  : 1 (pid: 2521736)\n")
+    r = explain_text(log)
+    assert r.root_error.text.startswith("torch.OutOfMemoryError") and r.root_error.rank == 11

@@ -258,6 +258,10 @@ class FailureReader:
         self._summary_rank: int | None = None
         self.summary_exit: int | None = None
         self.failed_rank: int | None = None
+        # the launcher's 'failed (exitcode: N) local_rank: K' names a LOCAL rank; on a multi-node job the
+        # ranks' own lines carry the global one ('[rank11]:'), which the summary's 'rank : 11 (local_rank: 3)'
+        # gives: the summary's rank replaces a local one taken before it
+        self._failed_rank_is_local = False
         self.exit_codes: list[int] = []
         self.nccl_warnings: list[LogLine] = []
         self.logged: list[FailureEvent] = CappedList(MAX_EVENTS, MAX_EVENTS_EACH, _event_key)  # error-level log lines
@@ -369,8 +373,9 @@ class FailureReader:
             m = _SUMMARY_RANK.match(text)
             if m:
                 self._summary_rank = int(m.group(1))
-                if self.failed_rank is None:
+                if self.failed_rank is None or self._failed_rank_is_local:
                     self.failed_rank = self._summary_rank
+                    self._failed_rank_is_local = False
                 return
             m = _SUMMARY_EXIT.match(text)
             if m:
@@ -386,6 +391,7 @@ class FailureReader:
             self.exit_codes.append(code)
             if self.failed_rank is None and line.rank is None:
                 self.failed_rank = int(m.group(2))
+                self._failed_rank_is_local = True
             self.events.append(FailureEvent("exit", line, primary=False, exit_code=code))
             return
         m = _DS_LAUNCHER_EXIT.search(text)
