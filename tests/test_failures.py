@@ -676,3 +676,24 @@ def test_summary_global_rank_replaces_the_launchers_local_rank():
            "  rank      : 11 (local_rank: 3)\n  exitcode  : 1 (pid: 2521736)\n")
     r = explain_text(log)
     assert r.root_error.text.startswith("torch.OutOfMemoryError") and r.root_error.rank == 11
+
+
+def test_tcpstore_warnings_of_ranks_exiting_at_different_times_are_no_failure():
+    # torch 2.4+: a rank's heartbeat thread still polls the store after rank 0 (its server) exited
+    log = ("{'train_runtime': 3021.4, 'train_samples_per_second': 41.2, 'train_loss': 0.8121, 'epoch': 3.0}\n"
+           "100%|##########| 1500/1500 [50:21<00:00,  2.01s/it]\n"
+           "[rank3]:[W625 23:35:35.311127584 ProcessGroupNCCL.cpp:1662] [PG ID 0 PG GUID 0(default_pg) Rank 3] Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: Connection reset by peer\n"
+           "[rank2]:[W625 23:35:35.303797152 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=6, addr=[::ffff:127.0.0.1]:37468, remote=[::ffff:127.0.0.1]:6006): Connection reset by peer\n"
+           "Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:678 (most recent call first):\n"
+           "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98 (0x7f65dc7785e8 in /x/torch/lib/libc10.so)\n"
+           "[rank0]:[W625 23:35:36.118000 ProcessGroupNCCL.cpp:1496] Warning: WARNING: destroy_process_group() was not called before program exit, which can leak resources.\n")
+    r = explain_text(log)
+    assert not r.failure and r.diagnoses == []
+
+
+def test_warning_level_socket_line_then_the_error_is_still_a_failure():
+    log = ("[W socket.cpp:426] [c10d] The server socket has failed to bind to [::]:25641 (errno: 98 - Address already in use).\n"
+           "[E socket.cpp:462] [c10d] The server socket has failed to listen on any local network address.\n"
+           "RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:25641 (errno: 98 - Address already in use).\n")
+    r = explain_text(log)
+    assert r.failure and r.diagnoses and r.diagnoses[0].code == "MGD101"

@@ -32,6 +32,11 @@ _SPAWN_FILE = "multiprocessing/spawn.py"
 # a C++ backtrace line under a c10::Error ('frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(...) +
 # 0x23d (0x7f.. in .../libtorch_cuda.so)'): a function name, never an error of its own
 _CPP_FRAME = re.compile(r"^frame #\d+: ")
+# a c10/glog warning-level line ('[W625 23:35:35.303797152 TCPStore.cpp:125] [c10d] recvValue failed on
+# SocketImpl(...): Connection reset by peer', 'W1203 10:12:01.118000 140211 ...', torch 1.x '[W socket.cpp:426] ...'):
+# the process goes on after it (ranks finishing at different times print TCPStore resets at exit, a
+# client retries its connect); when the run did fail, its error-level line or exception follows
+_GLOG_WARNING = re.compile(r"^\[?W\d{3,4} \d\d:\d\d:\d\d\.\d+|^\[W [\w./-]+:\d+\]")  # MDD or MMDD: torch prints W625 in June
 _SIGNAL_EXCEPTION = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
 FORWARDED_EXITS = (-15, -2, -1)  # what workers exit with when the launcher forwards its SIGTERM/SIGINT/SIGHUP
 _ROOT_CAUSE_HEADER = re.compile(r"Root Cause \(first observed failure\)")
@@ -117,7 +122,7 @@ LOGGED_ERROR = re.compile(
     r"^(?:\[\d{4}-\d\d-\d\d[\d:,. ]{0,20}\]\s+)?(?:(?P<logger>[\w.]+):\s+)?\[(?:ERROR|CRITICAL|FATAL)\]\s+"
     r"(?:\[(?P<ds_where>[\w.-]+:\d+:\w+)\]\s*)?(?P<msg1>\S.*)"
     r"|^\[(?:ERROR|CRITICAL)\|(?P<lf_head>[^\]]{1,80})\](?P<lf_where>[^>]{0,120})>>\s*(?P<msg2>\S.*)"
-    r"|^\[?[EF]\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? +(?P<glog_where>[\w./-]+:\d+)\]\s*(?P<msg3>\S.*)"
+    r"|^\[?[EF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? +(?P<glog_where>[\w./-]+:\d+)\]\s*(?P<msg3>\S.*)"
     r"|^\[[EF] (?P<old_where>[\w./-]+:\d+)\]\s*(?P<msg4>\S.*)"
 )
 # error-level lines that only echo a failure: the launcher's (torchrun's elastic agent, the deepspeed
@@ -400,7 +405,8 @@ class FailureReader:
             self.exit_codes.append(code)
             self.events.append(FailureEvent("exit", line, primary=False, exit_code=code))
             return
-        if SECONDARY_LINES.search(text) or (stripped[:6] == "frame " and _CPP_FRAME.match(stripped)):
+        if (SECONDARY_LINES.search(text) or (stripped[:6] == "frame " and _CPP_FRAME.match(stripped))
+                or (stripped[:1] in "[W" and _GLOG_WARNING.match(stripped))):
             self._inert.add(text)
             return
         for kind, pattern in PRIMARY_LINES:
