@@ -596,3 +596,104 @@ def test_a_bare_exception_heading_a_chain_shows_the_link_that_says_what_failed()
     handled = CHAINED.replace("The above exception was the direct cause of the following exception:",
                               "During handling of the above exception, another exception occurred:")
     assert explain_text(handled, [_entry("x")]).root_error.text == "KeyError: 'eval_accuracy'"
+
+
+def test_cpp_backtrace_frame_of_a_watchdog_dump_is_no_error():
+    # node 2's rank 11 ran out of memory; node 0's rank 2 timed out later and its c10::Error dump
+    # prints unprefixed C++ frames ('frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(...)'):
+    # a function name that mentions a timeout, not an error of its own
+    log = ("[rank11]: Traceback (most recent call last):\n"
+           '[rank11]:   File "/x/transformers/integrations/sdpa_attention.py", line 96, in sdpa_attention_forward\n'
+           "[rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.35 GiB. GPU 3 has a total capacity of 63.42 GiB of which 1.70 GiB is free.\n"
+           "E1026 03:51:32.904000 2521679 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 3 (pid: 2521736) of binary: /usr/bin/python3\n"
+           "[rank2]:[E1026 04:21:33.019004421 ProcessGroupNCCL.cpp:632] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1911, OpType=_ALLGATHER_BASE, NumelIn=10485760, NumelOut=10485760, Timeout(ms)=1800000) ran for 1800090 milliseconds before timing out.\n"
+           "Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:635 (most recent call first):\n"
+           "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98 (0x7f87a2d785e8 in /x/torch/lib/libc10.so)\n"
+           "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x23d (0x7f874dbcba6d in /x/torch/lib/libtorch_cuda.so)\n"
+           "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0xc80 (0x7f874dbcd7f0 in /x/torch/lib/libtorch_cuda.so)\n"
+           "terminate called after throwing an instance of 'c10::DistBackendError'\n")
+    r = explain_text(log)
+    assert r.root_error.text.startswith("torch.OutOfMemoryError") and r.root_error.rank == 11
+
+
+def test_mp_spawn_parent_exception_is_a_wrapper_of_the_workers_error():
+    # torch.multiprocessing.spawn (torch < 1.9) re-raises a worker's failure as a bare Exception whose
+    # message is the worker's traceback; the worker's exception is the root
+    log = ("Traceback (most recent call last):\n"
+           '  File "main.py", line 110, in main\n'
+           "    mp.spawn(main_worker, nprocs=ngpus_per_node, args=(ngpus_per_node, args))\n"
+           '  File "/opt/conda/lib/python3.6/site-packages/torch/multiprocessing/spawn.py", line 114, in join\n'
+           "    raise Exception(msg)\n"
+           "Exception: \n\n-- Process 2 terminated with the following error:\n"
+           "Traceback (most recent call last):\n"
+           '  File "/opt/conda/lib/python3.6/site-packages/torch/multiprocessing/spawn.py", line 19, in _wrap\n'
+           "    fn(i, *args)\n"
+           '  File "/workspace/main.py", line 151, in main_worker\n'
+           "    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])\n"
+           "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:260, unhandled cuda error\n")
+    r = explain_text(log)
+    assert r.root_error.text.startswith("RuntimeError: NCCL error in:")
+    new = log.replace("Exception: ", "torch.multiprocessing.spawn.ProcessRaisedException: ")
+    assert explain_text(new).root_error.text.startswith("RuntimeError: NCCL error in:")
+
+
+def test_nccl_tests_failure_line_is_a_failure():
+    log = ("# nThread 1 nGpus 4 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+           "#  Rank  0 Pid   1688 on    fastmoe device  0 [0x18] GeForce RTX 2080 Ti\n"
+           "fastmoe: Test NCCL failure common.cu:777 'unhandled system error'\n")
+    r = explain_text(log)
+    assert r.failure and "Test NCCL failure" in r.root_error.text
+
+
+def test_watchdog_carrying_a_cuda_error_is_the_ranks_own_error():
+    # the watchdog is where an asynchronous kernel fault surfaced: a CUDA error of this rank, no timeout echo
+    log = (" 94%|#########4| 837/888 [9:42:50<34:08, 40.17s/it][rank7]:[E ProcessGroupNCCL.cpp:1182] [Rank 7] NCCL watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n"
+           "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"
+           "frame #3: c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal() const + 0x52 (0x7f5c10a91a12 in /x/torch/lib/libtorch_cuda.so)\n"
+           "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+           "  what():  [Rank 7] NCCL watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n"
+           "[2024-04-03 22:11:55,660] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -6) local_rank: 7 (pid: 41008) of binary: /usr/bin/python\n")
+    r = explain_text(log)
+    assert "illegal memory access" in r.root_error.text and r.root_error.rank == 7
+    # a timeout carried by the same wording stays an echo
+    from mgft_doctor.explain.failures import is_consequence
+    assert is_consequence("[PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE)")
+    assert not is_consequence("[Rank 7] NCCL watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered")
+
+
+def test_summary_global_rank_replaces_the_launchers_local_rank():
+    # node 1 of a 2-node job (global ranks 8-15): the agent's 'failed ... local_rank: 3' names local rank 3,
+    # its summary names global rank 11, the rank that failed first: its own error is the root, not rank 9's
+    log = ("[rank9]: Traceback (most recent call last):\n"
+           '[rank9]:   File "/w/train.py", line 91, in <module>\n'
+           "[rank9]: ValueError: loss is nan\n"
+           "[rank11]: Traceback (most recent call last):\n"
+           '[rank11]:   File "/w/train.py", line 80, in <module>\n'
+           "[rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.35 GiB. GPU 3 has a total capacity of 79.10 GiB of which 1.70 GiB is free.\n"
+           "E1026 03:51:32.904000 2521679 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 3 (pid: 2521736) of binary: /usr/bin/python3\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+           "Root Cause (first observed failure):\n[0]:\n  time      : 2025-10-26_03:51:31\n"
+           "  rank      : 11 (local_rank: 3)\n  exitcode  : 1 (pid: 2521736)\n")
+    r = explain_text(log)
+    assert r.root_error.text.startswith("torch.OutOfMemoryError") and r.root_error.rank == 11
+
+
+def test_tcpstore_warnings_of_ranks_exiting_at_different_times_are_no_failure():
+    # torch 2.4+: a rank's heartbeat thread still polls the store after rank 0 (its server) exited
+    log = ("{'train_runtime': 3021.4, 'train_samples_per_second': 41.2, 'train_loss': 0.8121, 'epoch': 3.0}\n"
+           "100%|##########| 1500/1500 [50:21<00:00,  2.01s/it]\n"
+           "[rank3]:[W625 23:35:35.311127584 ProcessGroupNCCL.cpp:1662] [PG ID 0 PG GUID 0(default_pg) Rank 3] Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: Connection reset by peer\n"
+           "[rank2]:[W625 23:35:35.303797152 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=6, addr=[::ffff:127.0.0.1]:37468, remote=[::ffff:127.0.0.1]:6006): Connection reset by peer\n"
+           "Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:678 (most recent call first):\n"
+           "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98 (0x7f65dc7785e8 in /x/torch/lib/libc10.so)\n"
+           "[rank0]:[W625 23:35:36.118000 ProcessGroupNCCL.cpp:1496] Warning: WARNING: destroy_process_group() was not called before program exit, which can leak resources.\n")
+    r = explain_text(log)
+    assert not r.failure and r.diagnoses == []
+
+
+def test_warning_level_socket_line_then_the_error_is_still_a_failure():
+    log = ("[W socket.cpp:426] [c10d] The server socket has failed to bind to [::]:25641 (errno: 98 - Address already in use).\n"
+           "[E socket.cpp:462] [c10d] The server socket has failed to listen on any local network address.\n"
+           "RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:25641 (errno: 98 - Address already in use).\n")
+    r = explain_text(log)
+    assert r.failure and r.diagnoses and r.diagnoses[0].code == "MGD101"

@@ -23,7 +23,20 @@ _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line \d+')
 # Exceptions that only wrap or report a failure that happened elsewhere.
 WRAPPER_EXCEPTIONS = guard(re.compile(
     r"ChildFailedError|SignalException|^subprocess\.CalledProcessError: Command '\[?'?(?:torchrun|deepspeed|accelerate|ninja|python\S*', '-m', 'torch\.distributed)"
+    # torch.multiprocessing.spawn re-raising a worker's error in the parent ('-- Process N terminated
+    # with the following error:' and the worker's own traceback after it; torch/multiprocessing/spawn.py)
+    r"|ProcessRaisedException"
 ))  # guard: every exception line is tested, and a substring test rules out most
+# mp.spawn before torch 1.9 raised a plain Exception with the worker's traceback as its message
+_SPAWN_FILE = "multiprocessing/spawn.py"
+# a C++ backtrace line under a c10::Error ('frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(...) +
+# 0x23d (0x7f.. in .../libtorch_cuda.so)'): a function name, never an error of its own
+_CPP_FRAME = re.compile(r"^frame #\d+: ")
+# a c10/glog warning-level line ('[W625 23:35:35.303797152 TCPStore.cpp:125] [c10d] recvValue failed on
+# SocketImpl(...): Connection reset by peer', 'W1203 10:12:01.118000 140211 ...', torch 1.x '[W socket.cpp:426] ...'):
+# the process goes on after it (ranks finishing at different times print TCPStore resets at exit, a
+# client retries its connect); when the run did fail, its error-level line or exception follows
+_GLOG_WARNING = re.compile(r"^\[?W\d{3,4} \d\d:\d\d:\d\d\.\d+|^\[W [\w./-]+:\d+\]")  # MDD or MMDD: torch prints W625 in June
 _SIGNAL_EXCEPTION = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
 FORWARDED_EXITS = (-15, -2, -1)  # what workers exit with when the launcher forwards its SIGTERM/SIGINT/SIGHUP
 _ROOT_CAUSE_HEADER = re.compile(r"Root Cause \(first observed failure\)")
@@ -37,7 +50,9 @@ _NONZERO_EXIT = guard(r"(?:returned non-zero exit status|exit status|exited with
 PRIMARY_LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("signal", re.compile(r"^(?:Killed|Segmentation fault|Bus error|Aborted|Illegal instruction|Floating point exception)(?: \(core dumped\))?\b|\bSegmentation fault \(core dumped\)|: line \d+: +\d+ (?:Killed|Segmentation fault|Bus error|Aborted)")),
     ("signal", re.compile(r"^Fatal Python error:|^terminate called (?:after throwing|without an active exception)")),
-    ("nccl", re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b|ProcessGroupNCCL.*(?:timed out|Timeout)|watchdog got stuck for \d+|DistBackendError|socketStartConnect|Connection reset by peer|ncclCommInitRank failed")),
+    ("nccl", re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl(?:System|Internal|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error\b|ProcessGroupNCCL.*(?:timed out|Timeout)|watchdog got stuck for \d+|DistBackendError|socketStartConnect|Connection reset by peer|ncclCommInitRank failed|"
+                         # nccl-tests (src/common.h NCCLCHECK/CUDACHECK): '<host>: Test NCCL failure common.cu:777 'unhandled system error''
+                         r"\bTest (?:NCCL|CUDA) failure \S+:\d+")),
     ("cuda", re.compile(r"CUDA out of memory|CUDA error: |CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cudaError\w+|device-side assert triggered|no CUDA GPUs are available|invalid device ordinal")),
     ("compiler", re.compile(r"^(?:\S+:\d+(?::\d+)?: )?(?:fatal )?error: |^FAILED: |^ERROR: No supported gcc|^ninja: build stopped|^collect2: error|^/usr/bin/ld: cannot find|error: command '.*' failed|nvcc fatal|^\S+: \d+: \S+: not found$|^/bin/(?:ba)?sh: .*not found")),
     ("cli", re.compile(r"^\S+: error: (?:the following arguments are required|unrecognized arguments|argument )|command not found$|^usage: .*\n?.*error:")),
@@ -58,7 +73,9 @@ COLLECTIVE_TIMEOUT = re.compile(
     r"NCCL operation timed out|timed out in blocking wait|Exception \(either an error or timeout\) detected by watchdog|"
     r"Timed out waiting \d+ms for (?:recv|send) operation|Heartbeat monitor timed out|watchdog got stuck for|"
     r"Received a dump signal due to a collective timeout|Observed flight recorder dump signal|"
-    r"watchdog thread terminated with exception|"
+    # (not when the exception it carries is a CUDA error of this rank: 'watchdog thread terminated with
+    # exception: CUDA error: an illegal memory access was encountered' is the rank's own kernel fault)
+    r"watchdog thread terminated with exception(?!: CUDA error)|"
     # ProcessGroupNCCL's own account of the timed-out work, printed next to (often before) the
     # watchdog line: 'Timeout at NCCL work: N, last enqueued NCCL work: M, last completed NCCL
     # work: K.' (torch 2.2-2.5), 'failure detected by watchdog at work sequence id: N PG status:
@@ -105,7 +122,7 @@ LOGGED_ERROR = re.compile(
     r"^(?:\[\d{4}-\d\d-\d\d[\d:,. ]{0,20}\]\s+)?(?:(?P<logger>[\w.]+):\s+)?\[(?:ERROR|CRITICAL|FATAL)\]\s+"
     r"(?:\[(?P<ds_where>[\w.-]+:\d+:\w+)\]\s*)?(?P<msg1>\S.*)"
     r"|^\[(?:ERROR|CRITICAL)\|(?P<lf_head>[^\]]{1,80})\](?P<lf_where>[^>]{0,120})>>\s*(?P<msg2>\S.*)"
-    r"|^\[?[EF]\d{4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? +(?P<glog_where>[\w./-]+:\d+)\]\s*(?P<msg3>\S.*)"
+    r"|^\[?[EF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? +(?P<glog_where>[\w./-]+:\d+)\]\s*(?P<msg3>\S.*)"
     r"|^\[[EF] (?P<old_where>[\w./-]+:\d+)\]\s*(?P<msg4>\S.*)"
 )
 # error-level lines that only echo a failure: the launcher's (torchrun's elastic agent, the deepspeed
@@ -180,7 +197,7 @@ UNRAISABLE_WINDOW = 30
 SECONDARY_LINES = guard(re.compile(
     r"closing signal SIGTERM|closing signal SIGINT|Killing subprocess|sigkill_handler|"
     r"Some NCCL operations have failed or timed out|To avoid data inconsistency|"
-    r"NCCL watchdog thread terminated|Received \d+ death signal|Received Signals\.|ChildFailedError"
+    r"NCCL watchdog thread terminated(?! with exception: CUDA error)|Received \d+ death signal|Received Signals\.|ChildFailedError"
 ))  # guard: a substring test first, most lines need no regex
 
 
@@ -248,6 +265,10 @@ class FailureReader:
         self._summary_rank: int | None = None
         self.summary_exit: int | None = None
         self.failed_rank: int | None = None
+        # the launcher's 'failed (exitcode: N) local_rank: K' names a LOCAL rank; on a multi-node job the
+        # ranks' own lines carry the global one ('[rank11]:'), which the summary's 'rank : 11 (local_rank: 3)'
+        # gives: the summary's rank replaces a local one taken before it
+        self._failed_rank_is_local = False
         self.exit_codes: list[int] = []
         self.nccl_warnings: list[LogLine] = []
         self.logged: list[FailureEvent] = CappedList(MAX_EVENTS, MAX_EVENTS_EACH, _event_key)  # error-level log lines
@@ -452,8 +473,9 @@ class FailureReader:
             m = _SUMMARY_RANK.match(text)
             if m:
                 self._summary_rank = int(m.group(1))
-                if self.failed_rank is None:
+                if self.failed_rank is None or self._failed_rank_is_local:
                     self.failed_rank = self._summary_rank
+                    self._failed_rank_is_local = False
                 return
             m = _SUMMARY_EXIT.match(text)
             if m:
@@ -469,6 +491,7 @@ class FailureReader:
             self.exit_codes.append(code)
             if self.failed_rank is None and line.rank is None:
                 self.failed_rank = int(m.group(2))
+                self._failed_rank_is_local = True
             self.events.append(FailureEvent("exit", line, primary=False, exit_code=code))
             return
         m = _DS_LAUNCHER_EXIT.search(text)
@@ -477,7 +500,8 @@ class FailureReader:
             self.exit_codes.append(code)
             self.events.append(FailureEvent("exit", line, primary=False, exit_code=code))
             return
-        if SECONDARY_LINES.search(text):
+        if (SECONDARY_LINES.search(text) or (stripped[:6] == "frame " and _CPP_FRAME.match(stripped))
+                or (stripped[:1] in "[W" and _GLOG_WARNING.match(stripped))):
             self._inert.add(text)
             return
         for kind, pattern in PRIMARY_LINES:
@@ -510,6 +534,10 @@ class FailureReader:
         wrapper = bool(WRAPPER_EXCEPTIONS.search(stripped))
         # llamafactory-cli's own traceback only reports that torchrun, its child, failed
         if tb is not None and tb.exc_type.endswith("CalledProcessError") and tb.files and tb.files[0].endswith(("llamafactory-cli", "/cli.py")):
+            wrapper = True
+        # the parent of torch.multiprocessing.spawn re-raising what a worker raised: the worker's own
+        # traceback follows ('-- Process 2 terminated with the following error:')
+        if tb is not None and tb.files and tb.files[-1].endswith(_SPAWN_FILE) and tb.exc_type in ("Exception", "ProcessRaisedException"):
             wrapper = True
         event = FailureEvent("exception", line, primary=not wrapper, traceback=tb)
         self.events.append(event)
