@@ -422,3 +422,33 @@ def test_the_headline_names_the_program_that_failed(fault, job, words):
     data = json.loads(subprocess.run([sys.executable, "-m", "mgft_doctor", "explain", "--json", str(log)],
                                      capture_output=True, text=True).stdout)
     assert data["job"] == job and (data["phase"] is None if job == "checkpoint conversion" else True)
+
+
+def test_a_fix_for_another_form_of_the_error_is_left_to_verbose():
+    """MGD942's fixes each name one renamed argument (if_log): a log that names no_cuda shows the
+    transformers 5 rename on a terminal, not the dispatch_batches advice; -v and --json keep all."""
+    from pathlib import Path
+
+    from mgft_doctor.explain import explain_paths
+    log = Path(__file__).parent / "lab" / "hf-trainer-no-cuda-removed" / "cpu.log"
+    report = explain_paths([str(log)])
+    top = report.diagnoses[0]
+    assert top.code == "MGD942" and top.focus is not None
+    shown = rendered(report, terminal=True)
+    assert "use_cpu=True" in shown and "dispatch_batches / split_batches:" not in shown
+    assert "more fixes for other forms of this error: -v" in shown
+    full = rendered(report, terminal=True, verbose=True)
+    assert "dispatch_batches / split_batches:" in full and "more fixes for other" not in full
+    assert any(f.startswith("dispatch_batches") for f in top.fixes)  # what --json carries
+
+
+def test_a_fix_condition_that_is_no_regex_names_file_and_field(tmp_path):
+    from mgft_doctor.catalog import load_file
+    from mgft_doctor.errors import CatalogError
+    bad = tmp_path / "MGD998.yaml"
+    bad.write_text("code: MGD998\ntitle: t\narea: nccl\nmatch:\n  signatures: ['boom']\n"
+                   "explanation: x\nfixes: [a, {text: b, if_log: '(unclosed'}]\nreferences: ['https://x']\n"
+                   "examples: {match: [boom], no_match: [b]}\n")
+    with pytest.raises(CatalogError) as err:
+        load_file(bad)
+    assert "MGD998.yaml" in str(err.value) and "fixes[1].if_log" in str(err.value)
