@@ -328,11 +328,14 @@ def _root_followers(analysis) -> set[tuple[int, int]]:
     return {(root.line.source, n) for n in range(root.line.no + 1, root.line.no + 8)} - echoes
 
 
+FOCUS_EVIDENCE = 3  # the first evidence lines (the matched message, not every context line) pick the fixes shown
+
+
 def _diagnosis(cand: Candidate, versions: dict[str, str], root_texts: list[str]) -> Diagnosis:
     e = cand.entry
     confidence = round(min(0.97, 1 - 0.5 ** cand.score), 2)
     kept = kept_fixes(e.fixes, versions)
-    focus = fixes_in_focus(kept, root_texts + [ln.text for ln in cand.evidence])
+    focus = fixes_in_focus(kept, root_texts + [ln.text for ln in cand.evidence[:FOCUS_EVIDENCE]])
     return Diagnosis(e.code, e.title, confidence, e.explanation, [text for _, text in kept],
                      cand.evidence, cand.rank, e.references, focus)
 
