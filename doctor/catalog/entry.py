@@ -71,6 +71,8 @@ class Entry:
     # an exclude counts only on a line after the entry's last signature line (a later line undoes
     # the failure; an earlier one belongs to what came before it, e.g. an op loaded before another hangs)
     excludes_only_after: bool = False
+    # lines that undo the excludes printed before them (a new tokenizing pass after one that finished)
+    excludes_undone_by: list[Pattern] = field(default_factory=list)
     examples_match: list[str] = field(default_factory=list)
     examples_no_match: list[str] = field(default_factory=list)
     path: str = ""
@@ -79,7 +81,8 @@ class Entry:
     affects: tuple[VersionCondition, ...] = ()
 
     def all_patterns(self) -> list[Pattern]:
-        return [*self.signatures, *(p for g in self.requires for p in g), *self.context, *self.excludes]
+        return [*self.signatures, *(p for g in self.requires for p in g), *self.context, *self.excludes,
+                *self.excludes_undone_by]
 
 
 def _need(data: dict, key: str, kind: type, path: str, optional: bool = False):
@@ -222,6 +225,7 @@ def parse_entry(data, path: str) -> Entry:
         fixes=fixes, references=refs, signatures=signatures, requires=requires,
         context=_patterns(match.get("context"), path, "match.context"),
         excludes=_patterns(match.get("excludes"), path, "match.excludes"),
+        excludes_undone_by=_patterns(match.get("excludes_undone_by"), path, "match.excludes_undone_by"),
         triggers=list(triggers), priority=float(priority), standalone=standalone,
         excludes_only_after=excludes_only_after, examples_match=ex_match, examples_no_match=ex_no, path=path,
         affects=_affects(data.get("affects"), path),

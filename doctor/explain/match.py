@@ -38,7 +38,7 @@ MIN_SCORE = 0.9  # below this an entry is not offered as a diagnosis
 @dataclass
 class _Slot:
     entry: int
-    role: str  # signature, require, context, exclude
+    role: str  # signature, require, context, exclude, undo (of the excludes before it)
     group: int
     pattern: Pattern
 
@@ -158,6 +158,8 @@ class Matcher:
                 self.slots.append(_Slot(ei, "context", 0, p))
             for p in entry.excludes:
                 self.slots.append(_Slot(ei, "exclude", 0, p))
+            for p in entry.excludes_undone_by:
+                self.slots.append(_Slot(ei, "undo", 0, p))
         # hits per group of slots that matched the same lines: a line is recorded once, however many
         # patterns it matches (a warning printed at every step matches several entries' context)
         self._groups: dict[tuple[int, ...], Hits] = {}
@@ -347,9 +349,15 @@ def _evidence(sigs, matched, at_root_line) -> list[LogLine]:
 
 
 def _excluded(entry, matched: list, sigs: list) -> bool:
-    """An exclude hit rules the entry out; with excludes_only_after, only one after the last
-    signature line of the same log (its lines are in order)."""
-    excludes = [h for s, h in matched if s.role == "exclude"]
+    """An exclude hit rules the entry out, unless a line of excludes_undone_by comes after it; with
+    excludes_only_after, only one after the last signature line of the same log (its lines are in order)."""
+    excludes = [ln for s, h in matched if s.role == "exclude" for ln in h.lines()]
+    undone = {}  # source -> the last line that undoes the excludes before it
+    for s, h in matched:
+        if s.role == "undo":
+            for ln in h.lines():
+                undone[ln.source] = max(undone.get(ln.source, -1), ln.no)
+    excludes = [ln for ln in excludes if ln.no >= undone.get(ln.source, -1)]
     if not excludes:
         return False
     if not entry.excludes_only_after:
@@ -358,4 +366,4 @@ def _excluded(entry, matched: list, sigs: list) -> bool:
     for _, h in sigs:
         for ln in h.lines():
             last[ln.source] = max(last.get(ln.source, -1), ln.no)
-    return any(ln.no > last.get(ln.source, -1) for h in excludes for ln in h.lines())
+    return any(ln.no > last.get(ln.source, -1) for ln in excludes)
