@@ -37,6 +37,10 @@ _CPP_FRAME = re.compile(r"^frame #\d+: ")
 # the process goes on after it (ranks finishing at different times print TCPStore resets at exit, a
 # client retries its connect); when the run did fail, its error-level line or exception follows
 _GLOG_WARNING = re.compile(r"^\[?W\d{3,4} \d\d:\d\d:\d\d\.\d+|^\[W [\w./-]+:\d+\]")  # MDD or MMDD: torch prints W625 in June
+# Python's warnings module: '<file>.py:<line>: <Category>Warning: <msg>' (warnings.formatwarning); the run
+# goes on, so a CUDA/cuDNN status named in it ('UserWarning: Plan failed with a cudnnException: ...
+# CUDNN_STATUS_NOT_SUPPORTED') is no failure
+_PY_WARNING = re.compile(r"^\S+\.py:\d+: [A-Z]\w*Warning: ")
 _SIGNAL_EXCEPTION = re.compile(r"SignalException: Process \d+ got signal: (\d+)")
 FORWARDED_EXITS = (-15, -2, -1)  # what workers exit with when the launcher forwards its SIGTERM/SIGINT/SIGHUP
 _ROOT_CAUSE_HEADER = re.compile(r"Root Cause \(first observed failure\)")
@@ -501,7 +505,8 @@ class FailureReader:
             self.events.append(FailureEvent("exit", line, primary=False, exit_code=code))
             return
         if (SECONDARY_LINES.search(text) or (stripped[:6] == "frame " and _CPP_FRAME.match(stripped))
-                or (stripped[:1] in "[W" and _GLOG_WARNING.match(stripped))):
+                or (stripped[:1] in "[W" and _GLOG_WARNING.match(stripped))
+                or ("Warning: " in stripped and _PY_WARNING.match(stripped))):
             self._inert.add(text)
             return
         for kind, pattern in PRIMARY_LINES:
