@@ -221,6 +221,14 @@ class Traceback:
     wrapped: LogLine | None = None  # the first part of a frame line that rich's box wrapped
     code: LogLine | None = None  # the source line Python printed under the innermost frame (the raising statement)
 
+    def add_frame(self, line: LogLine, file: str) -> None:
+        """A '  File "...", line N, in f' line: the first one sets the frames' indent."""
+        if not self.frames:
+            self.indent = len(line.text) - len(line.text.lstrip())
+        self.files.append(file)
+        self.frames.append(line)
+        self.code = None
+
 
 @dataclass
 class FailureEvent:
@@ -386,11 +394,7 @@ class FailureReader:
             text = line.text
             fm = _FRAME.match(text) if text[:1].isspace() and 'File "' in text else None
             if fm:
-                if not made.frames:
-                    made.indent = len(text) - len(text.lstrip())
-                made.files.append(fm.group("file"))
-                made.frames.append(line)
-                made.code = None
+                made.add_frame(line, fm.group("file"))
             elif made.frames and text.strip().strip("^~ "):
                 made.code = line
         self._open[key] = made
@@ -432,11 +436,7 @@ class FailureReader:
         if tb is not None:
             fm = _FRAME.match(text) if text[:1].isspace() and 'File "' in text else None  # _FRAME starts with \s+
             if fm:
-                if not tb.frames:
-                    tb.indent = len(text) - len(text.lstrip())
-                tb.files.append(fm.group("file"))
-                tb.frames.append(line)
-                tb.code = None
+                tb.add_frame(line, fm.group("file"))
                 return
             # an open traceback has no exception yet: it is closed when its exception line comes
             if text[:1].isspace() and not (tb.frames and len(text) - len(text.lstrip()) < tb.indent
