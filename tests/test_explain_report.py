@@ -452,3 +452,41 @@ def test_a_fix_condition_that_is_no_regex_names_file_and_field(tmp_path):
     with pytest.raises(CatalogError) as err:
         load_file(bad)
     assert "MGD998.yaml" in str(err.value) and "fixes[1].if_log" in str(err.value)
+
+
+# Custom loops and other libraries print their progress in their own words; the phase must not fall back
+# to the last start-up marker (torchrun's banner) when the log shows training (or data preparation).
+BANNER = ("W0312 10:02:12.551000 2133 torch/distributed/run.py:803] Setting OMP_NUM_THREADS environment variable for each "
+          "process to be 1 in default, to avoid your system being overloaded, please further tune the variable for optimal "
+          "performance in your application as needed. \n")
+TIMEOUT = ("[rank1]:[E0312 11:42:28.858931807 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: "
+           "WorkNCCL(SeqNum=4431, OpType=ALLREDUCE, NumelIn=20123712, NumelOut=20123712, Timeout(ms)=1800000) ran for "
+           "1800047 milliseconds before timing out.\n")
+OWN_PROGRESS = {
+    # (progress lines, phase, (step, total) or None)
+    "lightning-epoch-bar": ("Epoch 3:  45%|####5     | 450/1000 [02:10<02:39,  3.45it/s, v_num=0, train_loss=0.123]\n", "mid-training", None),
+    "epoch-of-bar": ("Epoch 1/30: 100%|##########| 2212/2212 [41:08<00:00,  1.12s/it]\n"
+                     "Running predictions on sample ttbar on rank=0:  40%|####      | 2/5 [21:12<31:48, 636.0s/it]\n", "mid-training", None),
+    "steps-bar": ("Steps:  10%|#         | 521/5210 [12:31<1:52:44,  1.44s/it, lr=0.0001, step_loss=0.0912]\n", "mid-training", (521, 5210)),
+    "icefall": ("2025-03-04 11:02:40,127 INFO [train.py:712] Epoch 0, batch 3000, loss[loss=0.1799, over 9977.00 frames. ], batch size: 58\n",
+                "mid-training", None),
+    "funasr": ("train, rank: 0, epoch: 0/50, step_in_epoch: 15600, total step: 15600, (loss_avg_rank: 0.212), (acc_avg_slice: 0.911)\n",
+               "mid-training", None),
+    "itr": ("09-05 10:23:02 Epoch 0/40 itr 120/3406: lr: 0.0001 speed: 0.71(0.22)s/itr loss_nce: 1.2211\n", "mid-training", None),
+    "datasets-map-with-desc": ("Tokenizing Prompts (num_proc=64):  71%|#######1  | 255912/359152 [29:46<14:46, 116.42 examples/s]\n",
+                               "data loading", None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OWN_PROGRESS))
+def test_progress_printed_in_a_loops_own_words_names_the_phase(name):
+    progress, phase, numbers = OWN_PROGRESS[name]
+    r = explain_text(BANNER + progress + TIMEOUT)
+    assert r.failure and r.phase is not None and r.phase.name == phase, (name, r.phase)
+    assert (None if r.phase.step is None else (r.phase.step, r.phase.total)) == numbers
+
+
+def test_a_config_dump_naming_batch_and_loss_is_no_progress():
+    dump = "per_device_train_batch_size 8, loss_type sigmoid, max_steps 1000\nbatch 8 loss sigmoid\n"
+    r = explain_text(BANNER + dump + TIMEOUT)
+    assert r.phase is not None and r.phase.name == "start-up", r.phase

@@ -55,21 +55,33 @@ def names_no_phase(text: str) -> bool:
     return _ANY_TRIGGER.search(text) is None
 _TOTAL_STEPS = re.compile(r"Total optimization steps = ([\d,]+)")
 
-# a tqdm bar without a description (the Trainer's): '[rank0]:  40%|####      | 1200/3000 ['
-_BAR = re.compile(rb"(?:\[\w+\]:)*\s*(\d{1,3})%\|[^|\r\n]*\|\s*(\d+)/(\d+) \[")
+# a tqdm bar without a description (the Trainer's): '[rank0]:  40%|####      | 1200/3000 [', or one
+# whose description names the training loop: Lightning's 'Epoch 3:  45%|', a custom loop's
+# 'Epoch 1/30: 100%|' or 'Steps:  10%|' (diffusers/accelerate scripts), 'Training: 12%|'. Other
+# descriptions are data, shards, evaluation or generation bars.
+# An epoch's bar counts that epoch's batches, not the run's steps: it says training, not which step.
+_BAR = re.compile(rb"(?:\[\w+\]:)*\s*(?:(?P<epoch>(?i:epoch)\s*\d+(?:\s*/\s*\d+)?\s*:?\s*)|(?i:steps?|training|train|iterations?)\s*:?\s*)?"
+                  rb"(\d{1,3})%\|[^|\r\n]*\|\s*(\d+)/(\d+) \[")
 _BAR_RATES = (b"s/it", b"it/s")
 BAR_TRIES = 32  # bars with a description (datasets, shards) or eval bars skipped before giving up
 _LOSS = (b"'loss': ", b'"loss": ')
 # a custom training loop's own progress line ('step 3 loss 6.2589', 'rank 0 step=3, loss=2.1',
 # 'epoch 0 step 12 | loss: 0.93'): DeepSpeed, accelerate and plain torch loops print no bar of their own
 _USER_LOSS = b"loss"
-_USER_STEP = re.compile(rb"\bstep\b[ =:#]*\d+\b[^\n\r]{0,80}?\bloss\b[ =:]*-?\d")
+# 'Epoch 0, batch 3000, loss[loss=0.18' (icefall), 'itr 120/3406: ... loss_nce: 1.22', 'total step: 15600,
+# (loss_avg_rank: 0.212)' (FunASR), 'Epoch 98: head: Default, loss=0.0014' (MACE): a counter word, its number,
+# then a loss-named value
+_USER_STEP = re.compile(rb"(?i:\b(?:step|batch|iter(?:ation)?|itr|epoch)\b)[ =:#]*\d+\b[^\n\r]{0,120}?"
+                        rb"\bloss\w*[ =:\[(]*(?:[a-z_]+=)?[ =:]*-?\d")
 USER_TRIES = 8  # 'loss' words looked at, back from the end, before giving up
 # A marker printed often in a long run (every save_steps) and on lines that cost the matcher's
 # fuzzy patterns dear: found by peeking at the blocks, like the progress, not as a trigger.
 _SAVING = b"Saving model checkpoint to"
 # datasets' map progress: the data is being prepared (redrawn thousands of times: peeked too)
 _MAP = re.compile(rb"Map(?: \(num_proc=\d+\))?: +\d{1,3}%")
+# datasets' map/filter with a description: desc + f" (num_proc={num_proc})" (arrow_dataset.py), e.g.
+# axolotl's 'Tokenizing Prompts (num_proc=64):  71%|'
+_MAP_DESC = re.compile(rb"(?:\[\w+\]:)*[^\r\n|%]{1,120} \(num_proc=\d+\): +\d{1,3}%")
 _DS_STEP = re.compile(rb"\] step=(\d+), skipped=")
 TAIL_BYTES = 64 << 10
 KEEP_BLOCKS = 1  # the last block, where the root error usually is (more would fragment the heap as the log grows)
@@ -91,7 +103,9 @@ FRAME_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
                             r'torch/(?:_tensor|autograd/__init__)\.py", line \d+, in backward$|'
                             # a forward under DDP, the HF models' loss, an optimizer step: past loading, in a step
                             r'torch/nn/parallel/distributed\.py", line \d+, in forward$|transformers/loss/loss_utils\.py"|'
-                            r'torch/optim/optimizer\.py", line \d+, in wrapper$')),
+                            r'torch/optim/optimizer\.py", line \d+, in wrapper$|'
+                            # a custom loop's epoch/step function (FunASR, RETURNN, timm, fairseq-style trainers)
+                            r"in (?:train_epoch|train_one_epoch|train_step|training_loop|run_epoch)$")),
     (DATA, re.compile(r"llamafactory/data/|/datasets/(?:arrow_dataset|load|builder|iterable_dataset)\.py|"
                       # a custom loop building its DataLoader / DistributedSampler
                       r'torch/utils/data/(?:dataloader|distributed)\.py", line \d+, in __init__$|'
@@ -386,7 +400,7 @@ def _progress_before(block: bytes, end: int, total: int | None, start: int) -> t
     bar = _last_bar(block, start, end, total)
     if bar is not None:
         pos, step, bar_total = bar
-        found.append((pos, Mark(-1, 0.0, TRAINING if step > 0 else FIRST_STEP, step, bar_total, _text(block, pos))))
+        found.append((pos, Mark(-1, 0.0, TRAINING if step is None or step > 0 else FIRST_STEP, step, bar_total, _text(block, pos))))
     loss = max(block.rfind(lit, start, end) for lit in _LOSS)
     if loss >= 0:
         found.append((loss, Mark(-1, 0.0, TRAINING, None, None, _text(block, loss))))
@@ -403,6 +417,11 @@ def _progress_before(block: bytes, end: int, total: int | None, start: int) -> t
     data = max(block.rfind(b"Map (num_proc=", start, end), block.rfind(b"Map: ", start, end))
     if data >= 0 and _MAP.match(block, data):
         found.append((data, Mark(-1, 0.0, DATA, None, None, _text(block, data))))
+    described = block.rfind(b" (num_proc=", start, end)
+    if described > data:
+        seg = max(block.rfind(b"\n", 0, described), block.rfind(b"\r", 0, described)) + 1
+        if _MAP_DESC.match(block, seg, min(len(block), described + 40)):
+            found.append((seg, Mark(-1, 0.0, DATA, None, None, _text(block, seg))))
     if not found:
         return None
     found.sort(key=lambda f: f[0])
@@ -439,8 +458,10 @@ def _last_bar(block: bytes, start: int, end: int, total: int | None) -> tuple[in
             return None
         seg = max(block.rfind(b"\n", 0, hit), block.rfind(b"\r", 0, hit)) + 1
         m = _BAR.match(block, seg, hit + 4)
-        if m and (total is None or int(m.group(3)) == total):
-            return seg, int(m.group(2)), int(m.group(3))
+        if m and m.group("epoch"):
+            return seg, None, None
+        if m and (total is None or int(m.group(4)) == total):
+            return seg, int(m.group(3)), int(m.group(4))
         if seg <= start:
             return None
         pos = seg
