@@ -104,6 +104,15 @@ _CHAIN_MARKS = ("The above exception was the direct cause of the following excep
 MAX_CHAIN_MARKS = 10_000
 _MARK_HEADS = "ETD"  # first letters of 'Exception ignored in', the chain marks and 'Traceback (most recent call last)'
 DETAIL_LINES = 3  # message lines read under a header exception ('Error(s) in loading state_dict for X:')
+DETAIL_RANK_GAP = 8  # lines of other ranks that may sit between a ranked header exception and its message
+# pydantic's ValidationError names the model on its own line and the fields under it
+# ('1 validation error for DeepSpeedZeroConfig' / 'aio' / '  Extra inputs are not permitted ...'): a header too
+_PYDANTIC_HEADER = re.compile(r"\d+ validation errors? for \w+$")
+
+
+def _is_header(stripped: str) -> bool:
+    """An exception line whose message is on the lines under it."""
+    return stripped.endswith(":") or _PYDANTIC_HEADER.search(stripped) is not None
 MAX_CHAIN_LINKS = 4
 CHAIN_GAP_LINES = 400  # from one link's exception line to the next one's
 # a process taking itself down after the watchdog fired ('Fatal Python error: Aborted')
@@ -373,7 +382,7 @@ class FailureReader:
         reader, a header exception whose message follows, a CalledProcessError)."""
         stripped = rec.exception_text().strip()
         em = EXCEPTION_LINE.match(stripped)
-        if em is None or stripped.endswith(":") or em.group("type").endswith("CalledProcessError"):
+        if em is None or _is_header(stripped) or em.group("type").endswith("CalledProcessError"):
             found = _READ_LINES
         else:
             found = not WRAPPER_EXCEPTIONS.search(stripped)
@@ -550,7 +559,7 @@ class FailureReader:
             return
         if tb is not None and tb.code is not None and tb.exc_type.endswith("AssertionError"):
             event.detail.append(tb.code)  # what was asserted: 'assert len(set(t.dtype ...)) == 1', then a bare AssertionError
-        if stripped.endswith(":") and EXCEPTION_LINE.match(stripped):
+        if _is_header(stripped) and EXCEPTION_LINE.match(stripped):
             self._detail_for[(line.source, line.rank)] = event  # 'Error(s) in loading state_dict for X:': the message follows
 
     def _take_detail(self, key: tuple[int, int | None], line: LogLine, stripped: str) -> None:
@@ -559,7 +568,9 @@ class FailureReader:
         if event is None:
             return
         last = event.detail[-1].no if event.detail else event.line.no
-        if (line.no != last + 1 or not stripped or stripped.startswith(("Traceback", 'File "', "During handling", "The above exception"))
+        # the rank's next line: right under it, or (ranks printing at once, '[rankN]:' lines) a few lines on
+        near = line.no == last + 1 or (key[1] is not None and line.no - last <= DETAIL_RANK_GAP)
+        if (not near or not stripped or stripped.startswith(("Traceback", 'File "', "During handling", "The above exception"))
                 or EXCEPTION_LINE.match(stripped) or SECONDARY_LINES.search(stripped) or _LAUNCHER_FAILED.search(stripped)):
             del self._detail_for[key]
             return
